@@ -1,0 +1,67 @@
+"""jaxcal: calibrated probabilities for ranking, recommendation and click models.
+
+A pure functional core over pytrees (``fit -> params``, ``apply(params, scores)``), with
+thin estimator classes on top. Public names are re-exported here lazily, so that
+``import jaxcal`` stays cheap and each subpackage loads when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("jaxcal")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0+unknown"
+
+# public name -> module that defines it
+_EXPORTS = {
+    # parametric calibrators
+    "PlattScaling": "jaxcal.calibrators",
+    "TemperatureScaling": "jaxcal.calibrators",
+    "BetaCalibration": "jaxcal.calibrators",
+    "GaussianCalibration": "jaxcal.calibrators",
+    "GammaCalibration": "jaxcal.calibrators",
+    "ExponentialCalibration": "jaxcal.calibrators",
+    # non-parametric and field-aware calibrators
+    "IsotonicCalibration": "jaxcal.calibrators",
+    "HistogramBinning": "jaxcal.calibrators",
+    "BBQ": "jaxcal.calibrators",
+    "ENIR": "jaxcal.calibrators",
+    "SmoothedIsotonic": "jaxcal.calibrators",
+    "NeuralCalibration": "jaxcal.calibrators",
+    "isotonic_regression": "jaxcal.calibrators",
+    "negative_downsampling_correction": "jaxcal.calibrators",
+    # persistence
+    "save": "jaxcal._serialization",
+    "load": "jaxcal._serialization",
+}
+_SUBPACKAGES = (
+    "bayes",
+    "calibrators",
+    "clicks",
+    "data",
+    "debias",
+    "metrics",
+    "plot",
+    "recsys",
+    "scoremodels",
+)
+
+__all__ = sorted([*_EXPORTS, *_SUBPACKAGES, "__version__"])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"jaxcal.{name}")
+    else:
+        raise AttributeError(f"module 'jaxcal' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,24 @@
+"""Lazy re-exports for subpackage ``__init__`` modules (keeps imports cheap)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable, Callable, list[str]]:
+    """Return ``(__getattr__, __dir__, __all__)`` for ``package`` given name -> module."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = exports[name]
+        value = getattr(importlib.import_module(module), name)
+        return value
+
+    names = sorted(exports)
+
+    def __dir__() -> list[str]:
+        return names
+
+    return __getattr__, __dir__, names

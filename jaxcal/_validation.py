@@ -1,0 +1,205 @@
+"""Eager input validation for the public entry points.
+
+Every public ``fit`` / metric / loader calls these *before* any ``jit``: they raise a
+``ValueError`` that names the problem and what to do, so nothing fails deep inside XLA.
+They return NumPy arrays (float64 unless stated) that the caller hands to the jitted core.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "check_1d",
+    "check_scores",
+    "check_probs",
+    "check_labels",
+    "check_sample_weight",
+    "check_propensity",
+    "check_two_classes",
+    "check_fit_inputs",
+    "check_batch_inputs",
+    "check_groups",
+]
+
+
+def _describe(values: np.ndarray, limit: int = 5) -> str:
+    uniq = np.unique(values)
+    shown = ", ".join(repr(v.item()) for v in uniq[:limit])
+    return "{" + shown + (", ..." if uniq.size > limit else "") + "}"
+
+
+def check_1d(x: Any, name: str, *, dtype=np.float64, allow_empty: bool = False) -> np.ndarray:
+    """Convert ``x`` to a 1-D NumPy array of ``dtype``; reject other ranks and empty input."""
+    if x is None:
+        raise ValueError(f"{name} is required; got None.")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {arr.shape}.")
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty; need at least one value.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    return arr.astype(dtype, copy=False)
+
+
+def check_scores(scores: Any, *, name: str = "scores") -> np.ndarray:
+    """Finite, non-empty 1-D float64 scores."""
+    s = check_1d(scores, name)
+    bad = ~np.isfinite(s)
+    if bad.any():
+        kinds = []
+        if np.isnan(s).any():
+            kinds.append("NaN")
+        if np.isinf(s).any():
+            kinds.append("inf")
+        raise ValueError(
+            f"{name} contain {int(bad.sum())} non-finite value(s) ({'/'.join(kinds)}), "
+            f"first at index {int(np.flatnonzero(bad)[0])}; remove or impute them first."
+        )
+    return s
+
+
+def check_probs(probs: Any, *, name: str = "probs") -> np.ndarray:
+    """Finite probabilities in [0, 1]."""
+    p = check_scores(probs, name=name)
+    if (p < 0).any() or (p > 1).any():
+        raise ValueError(
+            f"{name} must lie in [0, 1]; got min {p.min():.6g}, max {p.max():.6g}. "
+            "Pass probabilities, not scores or logits."
+        )
+    return p
+
+
+def check_labels(labels: Any, n: int | None = None, *, name: str = "labels") -> np.ndarray:
+    """Binary labels (0/1 or bool) as float64; length ``n`` when given."""
+    y = check_1d(labels, name, dtype=np.float64)
+    if np.isnan(y).any():
+        raise ValueError(f"{name} contain NaN; labels must be 0/1.")
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise ValueError(f"{name} must be 0/1; got values {_describe(y[~np.isin(y, (0.0, 1.0))])}.")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} scores but {y.shape[0]} {name}.")
+    return y
+
+
+def check_sample_weight(sample_weight: Any, n: int, *, name: str = "sample_weight") -> np.ndarray:
+    """Finite non-negative weights with a positive sum; ``None`` means all ones."""
+    if sample_weight is None:
+        return np.ones(n)
+    w = check_scores(sample_weight, name=name)
+    if w.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} scores but {w.shape[0]} {name}.")
+    if (w < 0).any():
+        raise ValueError(
+            f"{name} must be non-negative; got {int((w < 0).sum())} negative value(s) "
+            f"(min {w.min():.6g})."
+        )
+    if w.sum() <= 0:
+        raise ValueError(f"{name} sum to zero; at least one weight must be positive.")
+    return w
+
+
+def check_propensity(propensity: Any, n: int, *, name: str = "propensity") -> np.ndarray:
+    """Propensities (exposure probabilities) in (0, 1]."""
+    p = check_scores(propensity, name=name)
+    if p.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} scores but {p.shape[0]} {name} values.")
+    if (p <= 0).any():
+        raise ValueError(
+            f"{name} must be > 0 (it divides the labels); got {int((p <= 0).sum())} value(s) "
+            f"<= 0 (min {p.min():.6g}). Clip propensities from below, e.g. at 0.1."
+        )
+    if (p > 1).any():
+        raise ValueError(
+            f"{name} must be <= 1 (it is a probability); got max {p.max():.6g}. "
+            "Rescale relative propensities first."
+        )
+    return p
+
+
+def check_two_classes(labels: np.ndarray, weights: np.ndarray, *, what: str = "labels") -> None:
+    """Both classes must carry positive weight, or a calibration map is not identified."""
+    pos = float(np.sum(weights * labels))
+    neg = float(np.sum(weights * (1.0 - labels)))
+    if pos <= 0 or neg <= 0:
+        only = "1" if neg <= 0 else "0"
+        raise ValueError(
+            f"{what} contain only one class (all {only} where the weight is positive); "
+            "calibration needs both positives and negatives."
+        )
+
+
+def check_fit_inputs(
+    scores: Any, labels: Any, sample_weight: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate one calibration problem; returns float64 (scores, labels, weights)."""
+    s = check_scores(scores)
+    y = check_labels(labels, s.shape[0])
+    w = check_sample_weight(sample_weight, s.shape[0])
+    check_two_classes(y, w)
+    return s, y, w
+
+
+def check_batch_inputs(
+    scores: Any, labels: Any, *, mask: Any = None, sample_weight: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validate ``B`` problems stored as ``[B, n]`` arrays with an optional boolean mask.
+
+    Returns float64 ``(scores, labels, weights, mask)``; masked-out entries may hold
+    anything (they are replaced by 0 / 0 / weight 0), but every problem must have both
+    classes among its unmasked entries.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or s.shape[0] == 0 or s.shape[1] == 0:
+        raise ValueError(f"batched scores must be a non-empty [B, n] array; got shape {s.shape}.")
+    y = np.asarray(labels, dtype=np.float64)
+    if y.shape != s.shape:
+        raise ValueError(f"shape mismatch: scores {s.shape} but labels {y.shape}.")
+    m = np.ones(s.shape, bool) if mask is None else np.asarray(mask).astype(bool)
+    if m.shape != s.shape:
+        raise ValueError(f"shape mismatch: scores {s.shape} but mask {m.shape}.")
+    w = np.ones(s.shape) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    if w.shape != s.shape:
+        raise ValueError(f"shape mismatch: scores {s.shape} but sample_weight {w.shape}.")
+    for name, arr in (("scores", s), ("sample_weight", w)):
+        bad = m & ~np.isfinite(arr)
+        if bad.any():
+            b, i = np.argwhere(bad)[0]
+            raise ValueError(f"{name} contain non-finite values (first at [{b}, {i}]).")
+    if (m & ~np.isin(y, (0.0, 1.0))).any():
+        raise ValueError(f"labels must be 0/1; got values {_describe(y[m & ~np.isin(y, (0, 1))])}.")
+    if (m & (w < 0)).any():
+        raise ValueError("sample_weight must be non-negative.")
+    w = np.where(m, w, 0.0)
+    pos = (w * np.where(m, y, 0.0)).sum(1)
+    neg = (w * np.where(m, 1.0 - y, 0.0)).sum(1)
+    one = np.flatnonzero((pos <= 0) | (neg <= 0))
+    if one.size:
+        raise ValueError(
+            f"{one.size} problem(s) contain only one class among unmasked entries "
+            f"(first: row {int(one[0])}); calibration needs both positives and negatives."
+        )
+    return np.where(m, s, 0.0), np.where(m, y, 0.0), w, m
+
+
+def check_groups(group: Any, n: int, *, name: str = "group") -> np.ndarray:
+    """Integer group ids of length ``n`` (any integers; they are re-coded 0..G-1 by callers)."""
+    g = np.asarray(group)
+    if g.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {g.shape}.")
+    if g.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} scores but {g.shape[0]} {name} ids.")
+    if g.dtype.kind not in "biu":
+        if g.dtype.kind == "f" and np.all(np.isfinite(g)) and np.all(g == np.round(g)):
+            g = g.astype(np.int64)
+        else:
+            raise ValueError(f"{name} must hold integer ids; got dtype {g.dtype}.")
+    return g.astype(np.int64)

@@ -1,0 +1,1 @@
+"""Reproductions of published studies, shared by ``jaxcal reproduce`` and ``experiments/``."""
