@@ -1,0 +1,25 @@
+"""Calibrators: parametric (Platt, temperature, beta, Gaussian, Gamma, exponential),
+non-parametric (isotonic, histogram, BBQ, ENIR, smoothed isotonic) and field-aware
+(neural calibration). Every one follows the contract in ``jaxcal.calibrators._base``."""
+
+from jaxcal._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "PlattScaling": "jaxcal.calibrators.platt",
+        "TemperatureScaling": "jaxcal.calibrators.temperature",
+        "BetaCalibration": "jaxcal.calibrators.beta",
+        "GaussianCalibration": "jaxcal.calibrators.gaussian",
+        "GammaCalibration": "jaxcal.calibrators.gamma",
+        "ExponentialCalibration": "jaxcal.calibrators.exponential",
+        "IsotonicCalibration": "jaxcal.calibrators.isotonic",
+        "isotonic_regression": "jaxcal.calibrators.isotonic",
+        "HistogramBinning": "jaxcal.calibrators.histogram",
+        "BBQ": "jaxcal.calibrators.bbq",
+        "ENIR": "jaxcal.calibrators.enir",
+        "SmoothedIsotonic": "jaxcal.calibrators.smoothed_isotonic",
+        "negative_downsampling_correction": "jaxcal.calibrators.smoothed_isotonic",
+        "NeuralCalibration": "jaxcal.calibrators.neural",
+    },
+)
