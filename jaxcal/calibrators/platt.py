@@ -1,0 +1,86 @@
+r"""Platt scaling: :math:`P(y=1 \mid s) = \sigma(a s + b)` with :math:`a \ge 0`.
+
+Platt (1999), "Probabilistic outputs for support vector machines". Fitted by the exact
+constrained Newton solver of ``jaxcal.calibrators._solver`` on the weighted logistic loss
+(``jaxcal.debias.losses``); the monotonicity constraint :math:`a \ge 0` is active only when
+scores are anti-correlated with the labels (then the map is the constant base rate).
+Platt's form is also the exact posterior of two equal-variance Gaussian score
+distributions (``jaxcal.scoremodels.EqualVarianceGaussianScores``).
+
+Example:
+    >>> import jaxcal, numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> labels = rng.integers(0, 2, 500)
+    >>> scores = rng.normal(labels.astype(float), 1.0)
+    >>> cal = jaxcal.PlattScaling().fit(scores, labels)
+    >>> probs = cal.predict(scores)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.calibrators._linear import (
+    LinearCalibratorEstimator,
+    LinearLogitCalibrator,
+    LinearLogitFamily,
+    ScoreRange,
+    coefficient,
+    family_dataclass,
+)
+
+__all__ = ["PlattScaling", "FittedPlatt", "PlattFamily"]
+
+
+@family_dataclass
+class PlattFamily(LinearLogitFamily):
+    r""":math:`z = a s + b`; :math:`\phi = [s, 1]`; constraint :math:`a \ge 0` (``u = a``)."""
+
+    param_names: ClassVar[tuple[str, ...]] = ("a", "b")
+    intercept_index: ClassVar[int | None] = 1
+
+    def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
+        s = jnp.asarray(scores)
+        return jnp.stack([s, jnp.ones_like(s)], axis=-1)
+
+    def monotone_rows(self, lo: ArrayLike, hi: ArrayLike, ctx: ScoreRange) -> jax.Array:
+        return jnp.array([[1.0, 0.0]], dtype=jnp.result_type(ctx.lo, float))
+
+
+@pytree_dataclass
+class FittedPlatt(LinearLogitCalibrator):
+    """Fitted Platt scaling: ``predict(s) = sigmoid(a * s + b)``."""
+
+    a = coefficient(0, "Slope a >= 0.")
+    b = coefficient(1, "Intercept b.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlattScaling(LinearCalibratorEstimator):
+    """Platt scaling estimator (hyperparameters keyword-only).
+
+    Args:
+        l2: L2 penalty :math:`\\tfrac{l_2}{2} a^2` (the intercept is not penalised).
+        method: only ``"discriminative"`` (for the generative equal-variance Gaussian fit use
+            ``GaussianCalibration`` / ``jaxcal.scoremodels``).
+        max_iter: Newton iterations per candidate active set.
+        tol: Newton-decrement tolerance relative to the total weight (default ``1e-12`` in
+            float64, ``1e-7`` in float32).
+    """
+
+    l2: float = 0.0
+    method: str = "discriminative"
+    max_iter: int = 100
+    tol: float | None = None
+
+    fitted_class: ClassVar[type] = FittedPlatt
+
+    @property
+    def family(self) -> PlattFamily:
+        return PlattFamily()
