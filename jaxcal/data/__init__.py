@@ -21,5 +21,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "binarize": "jaxcal.data.preprocessing",
         "holdout_split": "jaxcal.data.preprocessing",
         "sample_negatives": "jaxcal.data.preprocessing",
+        "holdout_rate": "jaxcal.data.preprocessing",
+        "calibration_pairs": "jaxcal.data.preprocessing",
+        "CalibrationPairs": "jaxcal.data.preprocessing",
+        "YahooR3Data": "jaxcal.data.yahoo",
     },
 )

@@ -1,0 +1,400 @@
+r"""Preprocessing of feedback data for calibration: binarisation, hold-outs, negative sampling,
+and the calibration-data builder with an explicit negative-sampling ratio.
+
+All functions take either a dense ``[n_users, n_items]`` integer matrix (0 = no interaction)
+or :class:`~jaxcal.data.Interactions` triples, and return the same kind. They run once, in
+NumPy, before any model is fitted. Randomness comes from ``key``: an ``int`` seed, a
+``numpy.random.Generator`` or a JAX PRNG key (its bits seed a NumPy generator), so every
+split is reproducible.
+
+The calibration set of the seed paper (Kweon et al., AAAI 2022, public code) is the
+validation positives plus ``r = 57`` negatives per positive drawn uniformly from the user's
+items without a known positive. The ratio is a hidden modelling choice: under the naive loss
+a constant calibrator fitted on such data predicts
+
+.. math::  \pi_\text{naive}(r) = \frac{1}{1 + r},
+
+whatever the real base rate. :func:`calibration_pairs` makes ``r`` an explicit parameter,
+reports the base rate it implies under each loss (:mod:`jaxcal.debias.base_rate`), and
+returns the negative weights that undo the subsampling (see ``docs/data.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal.data.triples import Interactions
+
+__all__ = [
+    "binarize",
+    "holdout_split",
+    "holdout_rate",
+    "sample_negatives",
+    "calibration_pairs",
+    "CalibrationPairs",
+    "as_rng",
+]
+
+HOLDOUT_METHODS = ("random", "per_user_last")
+
+
+def as_rng(key: Any) -> np.random.Generator:
+    """A NumPy generator from an ``int`` seed, a generator, or a JAX PRNG key."""
+    if isinstance(key, np.random.Generator):
+        return key
+    if isinstance(key, int | np.integer) and not isinstance(key, bool):
+        return np.random.default_rng(int(key))
+    try:
+        import jax
+
+        arr = key
+        if jax.dtypes.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key):
+            arr = jax.random.key_data(key)
+        bits = np.asarray(arr)
+        if bits.dtype.kind == "u" and bits.size >= 1:
+            return np.random.default_rng(bits.ravel().astype(np.uint64).tolist())
+    except TypeError:
+        pass
+    raise ValueError(
+        f"key must be an int seed, a numpy Generator or a JAX PRNG key; got {type(key).__name__}."
+    )
+
+
+def _as_matrix(x: Any, name: str) -> np.ndarray:
+    if isinstance(x, Interactions):
+        return x.to_dense()
+    m = np.asarray(x)
+    if m.ndim != 2 or m.size == 0:
+        raise ValueError(f"{name} must be a non-empty [n_users, n_items] matrix or Interactions.")
+    if m.dtype.kind == "f" and not np.isfinite(m).all():
+        raise ValueError(f"{name} contains non-finite values.")
+    if m.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric; got dtype {m.dtype}.")
+    return m
+
+
+def binarize(
+    ratings: ArrayLike | Interactions, *, threshold: float = 4, keep_negatives: bool = False
+) -> np.ndarray | Interactions:
+    """Binary preference labels ``rating >= threshold`` (Coat / Yahoo! R3 convention: 4).
+
+    Args:
+        ratings: a dense matrix (0 = unrated) or :class:`Interactions`.
+        threshold: smallest rating that counts as positive; must be > 0 so that the
+            unrated 0 of a dense matrix is never positive.
+        keep_negatives: for :class:`Interactions` only: keep observed ratings below the
+            threshold as rating-0 triples (explicit negatives). Default: positives only
+            (implicit feedback).
+
+    Returns:
+        A dense int64 0/1 matrix, or :class:`Interactions` with ratings 0/1.
+
+    Raises:
+        ValueError: ``threshold <= 0`` or malformed input.
+    """
+    if not threshold > 0:
+        raise ValueError(f"threshold must be > 0 (0 marks unrated pairs); got {threshold}.")
+    if isinstance(ratings, Interactions):
+        positive = ratings.rating >= threshold
+        out = ratings._replace(rating=positive.astype(np.int64))
+        return out if keep_negatives else out.select(positive)
+    m = _as_matrix(ratings, "ratings")
+    return (m >= threshold).astype(np.int64)
+
+
+def _per_user_last(user: np.ndarray, item: np.ndarray, fraction: float, min_count: int):
+    order = np.lexsort((item, user))
+    u_sorted = user[order]
+    counts = np.bincount(u_sorted)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.arange(u_sorted.size) - start[u_sorted]  # position within the user (by item)
+    n = counts[u_sorted]
+    # Python's round (half to even), as in the authors' code: max(round(0.1 n), 1)
+    k = np.maximum(np.round(fraction * n), 1)
+    take = (n > min_count) & (rank >= n - k)
+    valid = np.zeros(user.size, bool)
+    valid[order[take]] = True
+    return valid
+
+
+def holdout_split(
+    data: ArrayLike | Interactions,
+    *,
+    fraction: float = 0.1,
+    method: str = "random",
+    key: Any = 0,
+    min_count: int = 4,
+) -> tuple[Any, Any]:
+    """Split interactions into training and validation parts.
+
+    ``method="random"``: ``round(fraction * n)`` of the ``n`` interactions chosen uniformly
+    without replacement (reproducible from ``key``); each interaction is held out with
+    probability ``fraction`` (up to rounding).
+
+    ``method="per_user_last"``: the deterministic split of the seed paper's code (Kweon et
+    al., AAAI 2022): for every user with more than ``min_count`` interactions, the last
+    ``max(round(fraction * n_u), 1)`` of them in item-id order (``round`` halves to even,
+    as Python's). Users with ``n_u <= min_count`` keep everything in training.
+
+    Args:
+        data: a dense matrix (every non-zero entry is an interaction) or
+            :class:`Interactions` (every triple). Pass positives only for implicit feedback.
+        fraction: share held out, in (0, 1).
+        method: ``"random"`` or ``"per_user_last"``.
+        key: randomness for ``"random"`` (int seed, NumPy generator or JAX key).
+        min_count: for ``"per_user_last"``: users need more than this many interactions.
+
+    Returns:
+        ``(train, valid)``, of the same kind as ``data`` (dense matrices with zeros where
+        the other part holds the entry, or triples).
+
+    Raises:
+        ValueError: unknown method, ``fraction`` outside (0, 1), or no interactions.
+    """
+    if method not in HOLDOUT_METHODS:
+        raise ValueError(f"method must be one of {HOLDOUT_METHODS}; got {method!r}.")
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must lie in (0, 1); got {fraction}.")
+    dense = not isinstance(data, Interactions)
+    x = Interactions.from_dense(_as_matrix(data, "data")) if dense else data
+    if x.size == 0:
+        raise ValueError("no interactions to split.")
+    if method == "random":
+        n_valid = int(round(fraction * x.size))
+        idx = as_rng(key).choice(x.size, size=n_valid, replace=False)
+        valid = np.zeros(x.size, bool)
+        valid[idx] = True
+    else:
+        valid = _per_user_last(x.user, x.item, fraction, min_count)
+    train, val = x.select(~valid), x.select(valid)
+    if dense:
+        return train.to_dense(), val.to_dense()
+    return train, val
+
+
+def holdout_rate(
+    train: ArrayLike | Interactions, valid: ArrayLike | Interactions, *, per_user: bool = False
+) -> float | np.ndarray:
+    r"""Share of interactions that went to validation: :math:`h = n_V / (n_T + n_V)`.
+
+    A pair's chance of appearing as a validation positive is :math:`h\,\omega` (see
+    :func:`jaxcal.debias.holdout_propensity`). For ``method="per_user_last"`` the share
+    differs per user (``per_user=True`` returns ``[n_users]`` shares, 0 for users with
+    nothing held out or no interactions).
+    """
+    t = _as_matrix(train, "train") != 0
+    v = _as_matrix(valid, "valid") != 0
+    if t.shape != v.shape:
+        raise ValueError(f"shape mismatch: train {t.shape} but valid {v.shape}.")
+    if per_user:
+        n = t.sum(1) + v.sum(1)
+        return np.divide(v.sum(1), n, out=np.zeros(n.shape), where=n > 0)
+    total = t.sum() + v.sum()
+    if total == 0:
+        raise ValueError("no interactions in train or valid.")
+    return float(v.sum() / total)
+
+
+def _known(known: ArrayLike | Interactions) -> np.ndarray:
+    return _as_matrix(known, "known_positives") != 0
+
+
+def sample_negatives(
+    known_positives: ArrayLike | Interactions,
+    users: ArrayLike,
+    *,
+    n_per_row: int = 1,
+    key: Any = 0,
+    replace: bool = True,
+) -> np.ndarray:
+    """Items drawn uniformly from each user's items without a known positive.
+
+    Exact: every row ``k`` draws from the ``n_items - |positives of users[k]|`` allowed
+    items with equal probability (inverse-CDF on the running count of allowed items, no
+    rejection loop). ``replace=False`` draws distinct items within a row (uniform over
+    subsets).
+
+    Args:
+        known_positives: ``[n_users, n_items]`` matrix (non-zero = known positive, never
+            drawn) or :class:`Interactions`.
+        users: ``[m]`` user ids, one row of draws each (repeat a user to draw more rows).
+        n_per_row: draws per row.
+        key: randomness (int seed, NumPy generator or JAX key).
+        replace: draw with replacement within a row (default, independent draws).
+
+    Returns:
+        ``[m, n_per_row]`` int64 item ids.
+
+    Raises:
+        ValueError: user ids out of range, ``n_per_row < 1``, or a user without enough
+            allowed items.
+    """
+    pos = _known(known_positives)
+    n_users, n_items = pos.shape
+    u = np.asarray(users)
+    if u.ndim != 1 or u.dtype.kind not in "iu":
+        raise ValueError("users must be a 1-D array of integer ids.")
+    if u.size and (u.min() < 0 or u.max() >= n_users):
+        raise ValueError(f"user ids must lie in [0, {n_users}); got range [{u.min()}, {u.max()}].")
+    if n_per_row < 1:
+        raise ValueError(f"n_per_row must be >= 1; got {n_per_row}.")
+    allowed = n_items - pos.sum(1)
+    need = 1 if replace else n_per_row
+    short = u[allowed[u] < need]
+    if short.size:
+        raise ValueError(
+            f"user {int(short[0])} has {int(allowed[short[0]])} items without a positive; "
+            f"cannot draw {need} negative(s){'' if replace else ' without replacement'}."
+        )
+    rng = as_rng(key)
+    if u.size == 0:
+        return np.zeros((0, n_per_row), np.int64)
+    if replace:
+        # j ~ U{0..allowed_u - 1}; the item is where the running count of allowed items
+        # in the flattened matrix first exceeds (allowed items before row u) + j.
+        cum = np.cumsum(~pos.ravel(), dtype=np.int64)
+        before = np.concatenate([[0], cum[n_items - 1 :: n_items][:-1]])
+        j = np.floor(rng.random((u.size, n_per_row)) * allowed[u][:, None]).astype(np.int64)
+        j = np.minimum(j, allowed[u][:, None] - 1)
+        flat = np.searchsorted(cum, before[u][:, None] + j + 1, side="left")
+        return (flat - u[:, None] * n_items).astype(np.int64)
+    out = np.empty((u.size, n_per_row), np.int64)
+    chunk = max(1, (1 << 22) // n_items)
+    for s in range(0, u.size, chunk):
+        rows = u[s : s + chunk]
+        keys = rng.random((rows.size, n_items))
+        keys[pos[rows]] = np.inf  # known positives last
+        out[s : s + chunk] = np.argpartition(keys, n_per_row - 1, axis=1)[:, :n_per_row]
+    return out
+
+
+class CalibrationPairs(NamedTuple):
+    r"""Calibration data: validation positives plus sampled negatives.
+
+    Attributes:
+        user, item: ``[N]`` int64 ids (positives first, then negatives, per the input order).
+        labels: ``[N]`` float64 0/1.
+        propensity: ``[N]`` float64 propensities of the pairs (``None`` if not given).
+        negative_weight: ``[N]`` float64 weights that undo the negative subsampling: 1 for
+            positives, :math:`C_u / (r\,k_u)` for a negative of user ``u`` (``C_u`` allowed
+            items, ``k_u`` validation positives). With ``sample_weight=negative_weight`` the
+            calibration set stands for *all* pairs of these users without a training
+            positive.
+        n_negatives: the ratio ``r`` (``None`` = every allowed pair is a negative).
+        base_rate: the base rate a constant calibrator fitted on these pairs implies, per
+            loss (``"naive"``, ``"snips"``, and with propensities ``"ips"``,
+            ``"ips_positive"``), with unit sample weights (the seed paper's protocol).
+        population_base_rate: the same with ``sample_weight=negative_weight``.
+    """
+
+    user: np.ndarray
+    item: np.ndarray
+    labels: np.ndarray
+    propensity: np.ndarray | None
+    negative_weight: np.ndarray
+    n_negatives: int | None
+    base_rate: dict[str, float]
+    population_base_rate: dict[str, float]
+
+
+def _pair_propensity(propensity: Any, user: np.ndarray, item: np.ndarray, shape) -> np.ndarray:
+    p = np.asarray(propensity, dtype=np.float64)
+    if p.shape == shape:
+        out = p[user, item]
+    elif p.shape == (shape[1],):
+        out = p[item]
+    else:
+        raise ValueError(
+            f"propensity must be [n_users, n_items] {shape} or [n_items] ({shape[1]},); "
+            f"got shape {p.shape}."
+        )
+    if not np.isfinite(out).all() or (out <= 0).any() or (out > 1).any():
+        raise ValueError("propensity must lie in (0, 1] for every calibration pair.")
+    return out
+
+
+def calibration_pairs(
+    valid: ArrayLike | Interactions,
+    train: ArrayLike | Interactions,
+    *,
+    n_negatives: int | None = 57,
+    key: Any = 0,
+    propensity: ArrayLike | None = None,
+    replace: bool = True,
+) -> CalibrationPairs:
+    r"""Build a calibration set: validation positives + ``n_negatives`` negatives per positive.
+
+    For each validation positive of user ``u``, ``n_negatives`` items are drawn uniformly
+    from the items that are neither a training nor a validation positive of ``u``
+    (:func:`sample_negatives`). The ratio ``r = n_negatives`` fixes the level of any
+    calibrator fitted on the result (see :attr:`CalibrationPairs.base_rate`); the seed
+    paper's code uses ``r = 57`` without saying so. Closed forms, with
+    :math:`m = \overline{1/\omega}` the mean inverse propensity of the positives:
+
+    .. math::
+        \pi_\text{naive} = \pi_\text{snips} = \frac{1}{1 + r}, \qquad
+        \pi_\text{ips} = \frac{m}{1 + r}, \qquad
+        \pi_\text{ips\_positive} = \frac{m}{m + r}.
+
+    ``n_negatives=None`` uses every allowed pair of the validation users as a negative
+    (no subsampling), which estimates the population base rate directly.
+
+    Args:
+        valid: validation positives (matrix or :class:`Interactions`).
+        train: training positives (never drawn as negatives).
+        n_negatives: negatives per validation positive (``r``), or ``None`` for all.
+        key: randomness (int seed, NumPy generator or JAX key).
+        propensity: optional ``[n_users, n_items]`` or ``[n_items]`` propensities in (0, 1]
+            to attach to the pairs and to report the IPS base rates. For validation data
+            these should already include the hold-out factor
+            (:func:`jaxcal.debias.holdout_propensity`).
+        replace: sample a user's negatives with replacement (default; independent draws).
+
+    Returns:
+        :class:`CalibrationPairs`.
+
+    Raises:
+        ValueError: shape mismatch, no validation positives, ``n_negatives < 1``, or a user
+            without enough allowed items.
+    """
+    from jaxcal.debias.base_rate import implied_base_rate
+
+    v = _as_matrix(valid, "valid") != 0
+    t = _as_matrix(train, "train") != 0
+    if v.shape != t.shape:
+        raise ValueError(f"shape mismatch: valid {v.shape} but train {t.shape}.")
+    if not v.any():
+        raise ValueError("valid holds no positives; nothing to calibrate on.")
+    if n_negatives is not None and n_negatives < 1:
+        raise ValueError(f"n_negatives must be >= 1 or None; got {n_negatives}.")
+    known = v | t
+    pu, pi = np.nonzero(v)
+    k_u = v.sum(1)
+    allowed = v.shape[1] - known.sum(1)
+    if n_negatives is None:
+        users = np.flatnonzero(k_u > 0)
+        nu, ni = np.nonzero(~known[users])
+        nu = users[nu]
+        neg_w = np.ones(nu.size)
+    else:
+        items = sample_negatives(known, pu, n_per_row=n_negatives, key=key, replace=replace)
+        nu = np.repeat(pu, n_negatives)
+        ni = items.ravel()
+        neg_w = allowed[nu] / (n_negatives * k_u[nu])
+    user = np.concatenate([pu, nu]).astype(np.int64)
+    item = np.concatenate([pi, ni]).astype(np.int64)
+    labels = np.concatenate([np.ones(pu.size), np.zeros(nu.size)])
+    weight = np.concatenate([np.ones(pu.size), neg_w.astype(np.float64)])
+    omega = None
+    if propensity is not None:
+        omega = _pair_propensity(propensity, user, item, v.shape)
+    losses = ("naive",) if omega is None else ("naive", "ips", "ips_positive", "snips")
+    base = {loss: implied_base_rate(labels, propensity=omega, loss=loss) for loss in losses}
+    pop = {
+        loss: implied_base_rate(labels, propensity=omega, sample_weight=weight, loss=loss)
+        for loss in losses
+    }
+    return CalibrationPairs(user, item, labels, omega, weight, n_negatives, base, pop)

@@ -1,0 +1,196 @@
+"""(user, item, rating) triples: a small container, dense <-> triples conversion, a reader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from jax.typing import ArrayLike
+
+__all__ = ["Interactions", "load_triples"]
+
+
+class Interactions(NamedTuple):
+    """Observed (user, item, rating) triples with 0-based ids.
+
+    Attributes:
+        user: ``[n]`` int64 user ids in ``[0, n_users)``.
+        item: ``[n]`` int64 item ids in ``[0, n_items)``.
+        rating: ``[n]`` int64 ratings (explicit 1..5, or 0/1 after binarisation).
+        n_users: number of users (rows of the dense matrix).
+        n_items: number of items (columns of the dense matrix).
+
+    Each (user, item) pair occurs at most once (checked by :meth:`create`).
+
+    Example:
+        >>> x = Interactions.from_dense(np.array([[0, 5], [3, 0]]))
+        >>> x.user, x.item, x.rating
+        (array([0, 1]), array([1, 0]), array([5, 3]))
+        >>> x.to_dense()
+        array([[0, 5],
+               [3, 0]])
+    """
+
+    user: np.ndarray
+    item: np.ndarray
+    rating: np.ndarray
+    n_users: int
+    n_items: int
+
+    @classmethod
+    def create(
+        cls,
+        user: ArrayLike,
+        item: ArrayLike,
+        rating: ArrayLike | None = None,
+        *,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> Interactions:
+        """Validated constructor: integer ids in range, no duplicate pairs.
+
+        Args:
+            user, item: ``[n]`` integer ids (0-based).
+            rating: ``[n]`` integer ratings; default all ones (implicit positives).
+            n_users, n_items: matrix size; default ``max id + 1``.
+
+        Raises:
+            ValueError: non-integer or negative ids, ids out of range, length mismatch,
+                non-integer ratings, or a (user, item) pair listed twice.
+        """
+        u = _int_array(user, "user")
+        i = _int_array(item, "item")
+        r = np.ones_like(u) if rating is None else _int_array(rating, "rating", signed=True)
+        if not (u.shape == i.shape == r.shape):
+            raise ValueError(f"length mismatch: {u.size} users, {i.size} items, {r.size} ratings.")
+        n_users = int(u.max(initial=-1)) + 1 if n_users is None else int(n_users)
+        n_items = int(i.max(initial=-1)) + 1 if n_items is None else int(n_items)
+        for ids, n, name in ((u, n_users, "user"), (i, n_items, "item")):
+            if ids.size and ids.max() >= n:
+                raise ValueError(f"{name} id {int(ids.max())} out of range for n_{name}s={n}.")
+        key = u * max(n_items, 1) + i
+        uniq, counts = np.unique(key, return_counts=True)
+        if (counts > 1).any():
+            k = int(uniq[np.argmax(counts > 1)])
+            raise ValueError(
+                f"(user, item) pair ({k // n_items}, {k % n_items}) occurs {int(counts.max())} "
+                "times; each pair may be listed once."
+            )
+        return cls(u, i, r, n_users, n_items)
+
+    @classmethod
+    def from_dense(cls, matrix: ArrayLike, *, missing: int = 0) -> Interactions:
+        """Triples of the entries of a ``[n_users, n_items]`` matrix that differ from ``missing``
+        (row-major order: sorted by user, then item)."""
+        m = np.asarray(matrix)
+        if m.ndim != 2:
+            raise ValueError(f"matrix must be 2-D [n_users, n_items]; got shape {m.shape}.")
+        if m.dtype.kind == "f":
+            if not np.isfinite(m).all() or (m != np.round(m)).any():
+                raise ValueError("matrix must hold integer ratings.")
+        elif m.dtype.kind not in "biu":
+            raise ValueError(f"matrix must be numeric; got dtype {m.dtype}.")
+        u, i = np.nonzero(m != missing)
+        return cls(u.astype(np.int64), i.astype(np.int64), m[u, i].astype(np.int64), *m.shape)
+
+    def to_dense(self, *, fill: int = 0) -> np.ndarray:
+        """The ``[n_users, n_items]`` int64 rating matrix (``fill`` where no triple)."""
+        out = np.full((self.n_users, self.n_items), fill, dtype=np.int64)
+        out[self.user, self.item] = self.rating
+        return out
+
+    @property
+    def size(self) -> int:
+        """Number of triples."""
+        return int(self.user.shape[0])
+
+    def select(self, mask: ArrayLike) -> Interactions:
+        """The triples where the boolean ``mask`` (length ``size``) is true."""
+        m = np.asarray(mask, dtype=bool)
+        return Interactions(self.user[m], self.item[m], self.rating[m], self.n_users, self.n_items)
+
+
+def _int_array(x: ArrayLike, name: str, *, signed: bool = False) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {arr.shape}.")
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all() or (arr != np.round(arr)).any():
+            raise ValueError(f"{name} must hold integers.")
+    elif arr.dtype.kind not in "biu" and arr.size:
+        raise ValueError(f"{name} must hold integers; got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if not signed and (arr < 0).any():
+        raise ValueError(f"{name} ids must be >= 0; got {int(arr.min())}.")
+    return arr
+
+
+def load_triples(
+    path: str | os.PathLike,
+    *,
+    sep: str | None = None,
+    one_based: bool = False,
+    n_users: int | None = None,
+    n_items: int | None = None,
+    comment: str = "#",
+) -> Interactions:
+    """Read a text file of ``user item rating`` lines (integers) into :class:`Interactions`.
+
+    Blank lines and lines starting with ``comment`` are skipped. Extra columns (e.g. a
+    timestamp) are ignored.
+
+    Args:
+        path: the file.
+        sep: field separator; ``None`` splits on any whitespace (``"\\t"`` for TSV).
+        one_based: ids in the file start at 1 (they are shifted to 0-based).
+        n_users, n_items: matrix size; default ``max id + 1``. Ids beyond raise.
+        comment: prefix of lines to skip.
+
+    Returns:
+        The triples, in file order.
+
+    Raises:
+        ValueError: missing file, a line with fewer than 3 fields or non-integer fields
+            (the message gives the line number), ids below the base, ids out of range, or
+            duplicate pairs.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"triples file {p} does not exist.")
+    rows: list[tuple[int, int, int]] = []
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or (comment and text.startswith(comment)):
+                continue
+            fields = text.split(sep)
+            if len(fields) < 3:
+                raise ValueError(
+                    f"{p}, line {lineno}: expected 'user item rating', got {text[:80]!r}."
+                )
+            try:
+                u, i, r = (int(f) for f in fields[:3])
+            except ValueError:
+                raise ValueError(
+                    f"{p}, line {lineno}: user, item and rating must be integers; "
+                    f"got {text[:80]!r}."
+                ) from None
+            rows.append((u, i, r))
+    if not rows:
+        raise ValueError(f"triples file {p} holds no (user, item, rating) lines.")
+    arr = np.array(rows, dtype=np.int64)
+    base = 1 if one_based else 0
+    for col, name in ((0, "user"), (1, "item")):
+        if arr[:, col].min() < base:
+            raise ValueError(
+                f"{p}: {name} id {int(arr[:, col].min())} below {base} "
+                f"({'1-based' if one_based else '0-based'} ids expected)."
+            )
+    try:
+        return Interactions.create(
+            arr[:, 0] - base, arr[:, 1] - base, arr[:, 2], n_users=n_users, n_items=n_items
+        )
+    except ValueError as exc:
+        raise ValueError(f"{p}: {exc}") from None
