@@ -1,0 +1,29 @@
+"""Personalised ranking base models (BPR-MF, UBPR, NCF, CML, LightGCN, WR-MF, popularity)
+trained in JAX with on-device sampling, and ``sweep`` to train many in one program.
+
+Every model is a frozen dataclass of hyperparameters whose ``fit(train, *, key)`` returns an
+immutable fitted pytree with ``score(users, items)``; see ``docs/recsys.md``.
+"""
+
+from jaxcal._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "BPRMF": "jaxcal.recsys.bpr",
+        "UBPR": "jaxcal.recsys.ubpr",
+        "NCF": "jaxcal.recsys.ncf",
+        "CML": "jaxcal.recsys.cml",
+        "LightGCN": "jaxcal.recsys.lightgcn",
+        "WRMF": "jaxcal.recsys.wrmf",
+        "Popularity": "jaxcal.recsys.popularity",
+        "sweep": "jaxcal.recsys.sweep",
+        "SweepResult": "jaxcal.recsys.sweep",
+        "FactorModel": "jaxcal.recsys._fitted",
+        "DistanceModel": "jaxcal.recsys._fitted",
+        "NeuMFModel": "jaxcal.recsys.ncf",
+        "PopularityModel": "jaxcal.recsys.popularity",
+        "propagate": "jaxcal.recsys.lightgcn",
+        "popularity_propensity": "jaxcal.recsys.ubpr",
+    },
+)

@@ -1,0 +1,284 @@
+"""The shared estimator shell and training loop of the ranking models.
+
+Every model is a frozen dataclass of hyperparameters (the thin shell). Its numerical core
+is one pure function ``model._fit_core(aux, hp, key, max_dim) -> fitted`` where
+
+* ``aux`` is a pytree of device arrays prepared (and validated) once from the training data;
+* ``hp`` is a dict of *array-valued* hyperparameters (``lr``, ``l2``, ``dim``, ...), so that
+  ``fit`` does not recompile when they change and ``sweep`` can ``vmap`` over them;
+* ``key`` is a PRNG key; ``max_dim`` (static) is the width of the factor arrays. A model of
+  dimension ``d < max_dim`` keeps its factor columns ``d..max_dim-1`` at exactly zero (they
+  are initialised to zero and receive zero gradients), which is how sweeps pad dimensions.
+
+Gradient-trained models implement four small pure pieces (``_init``, ``_batch``, ``_loss``,
+``_finish``, optionally ``_project``) and share ``train_loop``: ``lax.scan`` over
+``n_steps`` steps, each drawing its mini-batch on device from ``fold_in(key, step)``,
+taking the gradient of the mini-batch loss and applying an optax update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.typing import ArrayLike
+
+from jaxcal.recsys._data import InteractionData, as_interactions
+
+__all__ = [
+    "Ranker",
+    "GradientRanker",
+    "train_loop",
+    "make_optimizer",
+    "init_factors",
+    "check_key",
+    "check_indices",
+]
+
+OPTIMIZERS = ("sgd", "adam", "adagrad")
+
+
+def make_optimizer(name: str, learning_rate: ArrayLike) -> optax.GradientTransformation:
+    """An optax optimizer by name; ``learning_rate`` may be a traced scalar (sweeps)."""
+    if name == "sgd":
+        return optax.sgd(learning_rate)
+    if name == "adam":
+        return optax.adam(learning_rate)
+    if name == "adagrad":
+        return optax.adagrad(learning_rate)
+    raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}.")
+
+
+def init_factors(key: jax.Array, n_rows: int, max_dim: int, scale: float, dim: ArrayLike):
+    """``[n_rows, max_dim]`` N(0, scale^2) factors; columns ``>= dim`` are zero.
+
+    Column ``c`` is drawn from ``fold_in(key, c)``, so the first ``d`` columns do not depend
+    on ``max_dim``: a model padded to a wider sweep starts from the same factors.
+    """
+    cols = jax.vmap(lambda c: jax.random.normal(jax.random.fold_in(key, c), (n_rows,)))(
+        jnp.arange(max_dim)
+    )
+    mask = jnp.arange(max_dim) < dim
+    return jnp.where(mask[None, :], scale * cols.T, 0.0)
+
+
+def train_loop(
+    loss_fn: Callable[[Any, Any], jax.Array],
+    sample_fn: Callable[[jax.Array], Any],
+    params: Any,
+    *,
+    key: jax.Array,
+    n_steps: int,
+    optimizer: optax.GradientTransformation,
+    project: Callable[[Any], Any] | None = None,
+) -> tuple[Any, jax.Array]:
+    """Run ``n_steps`` optimizer steps under ``lax.scan``; returns ``(params, losses)``.
+
+    Args:
+        loss_fn: ``loss_fn(params, batch) -> scalar`` mini-batch loss.
+        sample_fn: ``sample_fn(key) -> batch``, drawn on device each step.
+        params: initial parameters (a pytree).
+        key: PRNG key; step ``t`` uses ``fold_in(key, t)``.
+        n_steps: number of steps (static).
+        optimizer: an optax transformation.
+        project: optional projection applied after every update (e.g. CML's norm clipping).
+
+    Returns:
+        The final parameters and the ``[n_steps]`` mini-batch losses.
+    """
+    grad_fn = jax.value_and_grad(loss_fn)
+
+    def step(carry, t):
+        params, state = carry
+        batch = sample_fn(jax.random.fold_in(key, t))
+        loss, grads = grad_fn(params, batch)
+        updates, state = optimizer.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        if project is not None:
+            params = project(params)
+        return (params, state), loss
+
+    (params, _), losses = jax.lax.scan(step, (params, optimizer.init(params)), jnp.arange(n_steps))
+    return params, losses
+
+
+def check_key(key: Any) -> jax.Array:
+    """A PRNG key (``jax.random.key(0)`` or a legacy ``uint32[2]`` key), else ValueError."""
+    if key is None:
+        raise ValueError("key is required: pass key=jax.random.key(seed).")
+    if isinstance(key, jax.core.Tracer):
+        return key
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"key must be a single PRNG key; got key array of shape {key.shape}.")
+        return key
+    arr = np.asarray(key)
+    if arr.shape != (2,) or arr.dtype != np.uint32:
+        raise ValueError(
+            "key must be a PRNG key such as jax.random.key(0); "
+            f"got {type(key).__name__} with shape {arr.shape} and dtype {arr.dtype}."
+        )
+    return jnp.asarray(arr)
+
+
+def check_indices(users: ArrayLike, items: ArrayLike, n_users: int, n_items: int):
+    """Validate concrete user / item ids for ``score``; tracers pass through (inside jit)."""
+    out = []
+    for name, ids, n in (("users", users, n_users), ("items", items, n_items)):
+        if isinstance(ids, jax.core.Tracer):
+            out.append(ids)
+            continue
+        arr = np.asarray(ids)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be integer ids; got dtype {arr.dtype}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= n):
+            raise ValueError(
+                f"{name} ids must lie in [0, {n}); got range [{arr.min()}, {arr.max()}]."
+            )
+        out.append(jnp.asarray(arr))
+    try:
+        np.broadcast_shapes(jnp.shape(out[0]), jnp.shape(out[1]))
+    except ValueError as exc:
+        raise ValueError(
+            f"users {jnp.shape(out[0])} and items {jnp.shape(out[1])} do not broadcast."
+        ) from exc
+    return out[0], out[1]
+
+
+def _check_positive(value: Any, name: str, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    ok = ok and np.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
+
+
+def _check_int(value: Any, name: str, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+
+
+class Ranker:
+    """Mixin for the ranking estimators (subclasses are frozen dataclasses).
+
+    Subclasses set ``ARRAY_HPARAMS`` (the names passed to the core as arrays, which
+    ``sweep`` can vary together with ``seed`` and ``dim``) and implement ``_prepare`` and
+    ``_fit_core``.
+    """
+
+    ARRAY_HPARAMS: tuple[str, ...] = ()
+    SWEEP_DIM: bool = True  # whether ``dim`` can be swept by padding
+
+    # -- validation and preparation (eager, NumPy) --------------------------------------
+    def _validate(self) -> None:  # pragma: no cover - overridden
+        """Check the hyperparameters; raise ValueError naming the bad one."""
+
+    def _prepare(self, data: InteractionData, **fit_kwargs: Any) -> Any:  # pragma: no cover
+        """Validate fit-time inputs and build the device arrays ``aux`` for the core."""
+        raise NotImplementedError
+
+    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
+        raise NotImplementedError  # pragma: no cover
+
+    # -- shared plumbing ------------------------------------------------------------------
+    def _hp(self, **overrides: Any) -> dict[str, jax.Array]:
+        """Array-valued hyperparameters (defaults from the estimator, then overrides)."""
+        hp = {name: jnp.asarray(float(getattr(self, name))) for name in self.ARRAY_HPARAMS}
+        hp["dim"] = jnp.asarray(int(getattr(self, "dim", 1)), dtype=jnp.int32)
+        for name, value in overrides.items():
+            hp[name] = jnp.asarray(value, dtype=hp[name].dtype)
+        return hp
+
+    def _static(self) -> Ranker:
+        """This estimator with its array hyperparameters blanked: the static jit argument,
+        so that changing ``lr`` or ``l2`` does not recompile."""
+        return dataclasses.replace(self, **{n: None for n in self.ARRAY_HPARAMS})
+
+    def _data_and_aux(self, train, n_users, n_items, fit_kwargs):
+        self._validate()
+        data = as_interactions(train, n_users=n_users, n_items=n_items)
+        return data, self._prepare(data, **fit_kwargs)
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        n_users: int | None = None,
+        n_items: int | None = None,
+        **fit_kwargs: Any,
+    ) -> Any:
+        """Fit on positive interactions; see the class docstring for the model.
+
+        Args:
+            train: a ``[n_users, n_items]`` matrix whose non-zero entries are positive
+                interactions, a ``(users, items[, values])`` tuple, or an object with
+                ``users`` / ``items`` attributes (``jaxcal.data.Interactions``).
+            key: PRNG key (initialisation and on-device sampling).
+            n_users: number of users (pairs input only; default ``max(users) + 1``).
+            n_items: number of items (pairs input only; default ``max(items) + 1``).
+            **fit_kwargs: model-specific data (e.g. ``propensity`` for ``UBPR``).
+
+        Returns:
+            The fitted model: an immutable pytree with ``score(users, items)``.
+
+        Raises:
+            ValueError: on invalid hyperparameters or training data.
+        """
+        key = check_key(key)
+        _, aux = self._data_and_aux(train, n_users, n_items, fit_kwargs)
+        max_dim = int(getattr(self, "dim", 1))
+        return _fit_jit(self._static(), aux, self._hp(), key, max_dim)
+
+
+def _fit_core(model: Ranker, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
+    return model._fit_core(aux, hp, key, max_dim)
+
+
+_fit_jit = jax.jit(_fit_core, static_argnames=("model", "max_dim"))
+
+
+class GradientRanker(Ranker):
+    """Models trained by mini-batch gradient steps with the shared ``train_loop``.
+
+    Subclasses implement ``_init(key, aux, hp, max_dim) -> params``,
+    ``_batch(key, aux) -> batch``, ``_loss(params, batch, aux, hp) -> scalar`` and
+    ``_finish(params, aux, hp, losses) -> fitted``, and may override ``_project``.
+    """
+
+    ARRAY_HPARAMS = ("lr", "l2")
+
+    def _validate_common(self) -> None:
+        _check_int(self.dim, "dim")
+        _check_positive(self.lr, "lr")
+        _check_positive(self.l2, "l2", allow_zero=True)
+        _check_int(self.n_steps, "n_steps")
+        _check_int(self.batch_size, "batch_size")
+        _check_positive(self.init_scale, "init_scale")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}.")
+
+    def _validate(self) -> None:
+        self._validate_common()
+
+    def _project(self, params: Any, hp: dict) -> Any:
+        return params
+
+    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
+        k_init, k_train = jax.random.split(key)
+        params = self._init(k_init, aux, hp, max_dim)
+        params, losses = train_loop(
+            lambda p, b: self._loss(p, b, aux, hp),
+            lambda k: self._batch(k, aux),
+            params,
+            key=k_train,
+            n_steps=self.n_steps,
+            optimizer=make_optimizer(self.optimizer, hp["lr"]),
+            project=lambda p: self._project(p, hp),
+        )
+        return self._finish(params, aux, hp, losses)

@@ -1,0 +1,131 @@
+r"""UBPR: unbiased pairwise learning from biased implicit feedback (Saito, ICTIR 2020).
+
+Implicit feedback is :math:`Y_{ui} = O_{ui} R_{ui}`: a click needs exposure
+(:math:`P(O_{ui} = 1) = \omega_{ui}`, the propensity) and relevance :math:`R_{ui}`. The
+ideal pairwise loss over relevant ``i`` and irrelevant ``j`` is estimated without bias by
+
+.. math::
+    \hat L = \sum_{u} \sum_{i, j} \frac{Y_{ui}}{\omega_{ui}}
+    \Big(1 - \frac{Y_{uj}}{\omega_{uj}}\Big)\, \ell(\hat x_{ui} - \hat x_{uj}),
+    \qquad \ell(x) = -\ln\sigma(x),
+
+since :math:`E[Y_{ui}/\omega_{ui}] = R_{ui}` and :math:`E[1 - Y_{uj}/\omega_{uj}] = 1 - R_{uj}`.
+Training draws ``(u, i)`` uniformly from the clicks and ``j`` uniformly from *all* items
+(the correction acts on clicked ``j`` too: their weight :math:`1 - 1/\omega_{uj}` is
+negative), so the mini-batch mean is an unbiased estimate of :math:`\hat L` up to a
+constant factor. The estimator itself is not clipped (Saito's non-negative variant is not
+implemented); clip small propensities instead (``popularity_propensity(clip=...)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal.recsys._data import InteractionData
+from jaxcal.recsys.bpr import BPRMF, bpr_loss
+
+__all__ = ["UBPR", "popularity_propensity", "is_positive"]
+
+
+def popularity_propensity(
+    train: Any, *, power: float = 0.5, clip: float = 0.1, n_items: int | None = None
+) -> np.ndarray:
+    r"""Item propensities from popularity: :math:`\omega_i = \max((n_i / \max_j n_j)^{p},
+    c)` with :math:`n_i` the item's number of positives (Saito 2020; Kweon et al. 2022 use
+    ``power=0.5``, ``clip=0.1``).
+
+    Args:
+        train: training interactions (any input ``fit`` accepts).
+        power: exponent ``p`` (> 0).
+        clip: lower bound ``c`` in (0, 1].
+        n_items: number of items (pairs input only).
+
+    Returns:
+        ``[n_items]`` float64 propensities in ``[clip, 1]``.
+    """
+    from jaxcal.recsys._data import as_interactions
+
+    if not (np.isfinite(power) and power > 0):
+        raise ValueError(f"power must be > 0; got {power!r}.")
+    if not (np.isfinite(clip) and 0 < clip <= 1):
+        raise ValueError(f"clip must lie in (0, 1]; got {clip!r}.")
+    data = as_interactions(train, n_items=n_items)
+    counts = np.bincount(data.items, minlength=data.n_items).astype(np.float64)
+    return np.maximum((counts / counts.max()) ** power, clip)
+
+
+def is_positive(tables, users: jax.Array, items: jax.Array, n_items: int) -> jax.Array:
+    """Whether each ``(users, items)`` pair is a training positive (binary search, on device)."""
+    start, end = tables.indptr[users], tables.indptr[users + 1]
+    n_steps = max(1, int(np.ceil(np.log2(n_items + 1))) + 1)
+
+    def body(_, bounds):
+        lo, hi = bounds
+        active = lo < hi
+        mid = (lo + hi) // 2
+        le = tables.items[jnp.minimum(mid, tables.items.size - 1)] <= items
+        return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
+
+    lo, _ = jax.lax.fori_loop(0, n_steps, body, (start, end))
+    last = jnp.maximum(lo - 1, 0)
+    return (lo > start) & (tables.items[last] == items)
+
+
+@dataclasses.dataclass(frozen=True)
+class UBPR(BPRMF):
+    """Unbiased BPR (Saito 2020): BPR-MF trained with the inverse-propensity pairwise loss.
+
+    Same hyperparameters as ``BPRMF``. ``fit`` takes ``propensity=``: ``[n_items]`` item
+    propensities or a ``[n_users, n_items]`` matrix, all in (0, 1]; default
+    ``popularity_propensity(train)``. Each sampled triple gets weight
+    :math:`(1/\\omega_{ui})(1 - Y_{uj}/\\omega_{uj})` in the BPR loss.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.recsys import UBPR
+        >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+        >>> fitted = UBPR(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
+    """
+
+    NEGATIVES = "all"
+
+    def fit(self, train: Any, *, key: jax.Array, propensity: ArrayLike | None = None, **kw):
+        """Fit; ``propensity`` as in the class docstring (see ``BPRMF.fit`` for the rest)."""
+        return super().fit(train, key=key, propensity=propensity, **kw)
+
+    def _prepare(self, data: InteractionData, propensity: ArrayLike | None = None) -> dict:
+        aux = super()._prepare(data)
+        if propensity is None:
+            omega = popularity_propensity((data.users, data.items), n_items=data.n_items)
+        else:
+            omega = np.asarray(propensity, dtype=np.float64)
+            if omega.shape not in ((data.n_items,), (data.n_users, data.n_items)):
+                raise ValueError(
+                    f"propensity must have shape ({data.n_items},) (per item) or "
+                    f"({data.n_users}, {data.n_items}) (per pair); got {omega.shape}."
+                )
+            if not np.isfinite(omega).all():
+                raise ValueError("propensity contains NaN or inf.")
+            if (omega <= 0).any() or (omega > 1).any():
+                raise ValueError(
+                    f"propensity must lie in (0, 1]; got min {omega.min():.6g}, "
+                    f"max {omega.max():.6g}. Clip small propensities, e.g. at 0.1."
+                )
+        aux["propensity"] = jnp.asarray(omega)
+        return aux
+
+    def _loss(self, params, batch, aux, hp):
+        u, i, j = batch
+        omega = aux["propensity"]
+        om_i = omega[i] if omega.ndim == 1 else omega[u, i]
+        om_j = omega[j] if omega.ndim == 1 else omega[u, j]
+        y_j = is_positive(aux["tables"], u, j, aux["sizes"].n_items).astype(om_j.dtype)
+        weights = (1.0 / om_i) * (1.0 - y_j / om_j)
+        w, h = params["user"], params["item"]
+        return bpr_loss(w[u], h[i], h[j], hp["l2"], weights)
