@@ -1,0 +1,69 @@
+"""The popularity baseline: every user gets items ranked by their number of positives."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal.recsys._data import as_interactions
+from jaxcal.recsys._train import check_indices
+
+__all__ = ["Popularity", "PopularityModel"]
+
+
+@pytree_dataclass
+class PopularityModel:
+    """Fitted popularity baseline: :math:`\\hat x_{ui} = n_i`, the item's training positives.
+
+    Attributes:
+        item_counts: ``[n_items]`` positives per item (float).
+        n_users: number of users.
+    """
+
+    item_counts: jax.Array
+    n_users: int = static_field(default=1)
+
+    @property
+    def n_items(self) -> int:
+        return self.item_counts.shape[-1]
+
+    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        """Item popularity for ``(users, items)`` (integer ids, broadcast together)."""
+        u, i = check_indices(users, items, self.n_users, self.n_items)
+        return jnp.broadcast_to(self.item_counts[i], jnp.broadcast_shapes(u.shape, i.shape))
+
+    def score_all(self, users: ArrayLike | None = None) -> jax.Array:
+        """``[n, n_items]`` scores (the same row for every user)."""
+        n = self.n_users if users is None else int(jnp.size(users))
+        return jnp.broadcast_to(self.item_counts, (n, self.n_items))
+
+
+@dataclasses.dataclass(frozen=True)
+class Popularity:
+    """Popularity baseline (no hyperparameters; ``key`` is accepted and ignored).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.recsys import Popularity
+        >>> fitted = Popularity().fit(np.array([[1, 0], [1, 1]]))
+        >>> fitted.score(np.array([0, 0]), np.array([0, 1])).tolist()
+        [2.0, 1.0]
+    """
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array | None = None,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> PopularityModel:
+        """Count each item's positives (validated like every other model's ``fit``)."""
+        data = as_interactions(train, n_users=n_users, n_items=n_items)
+        counts = jnp.zeros(data.n_items).at[jnp.asarray(data.items)].add(1.0)
+        return PopularityModel(counts, n_users=data.n_users)
