@@ -1,0 +1,53 @@
+"""Click models for web search, fitted by exact EM / closed-form MLE on accelerators.
+
+Models (Chuklin, Markov & de Rijke, *Click Models for Web Search*, 2015): the CTR
+baselines :class:`GCTR`, :class:`RCTR`, :class:`DCTR`; :class:`PBM`, :class:`CascadeModel`,
+:class:`DCM`, :class:`DBN`, :class:`SDBN`, :class:`CCM`, :class:`UBM`. Each estimator's
+``fit(sessions, *, prior=(1, 2), max_iter=50, tol=1e-6, mesh=None)`` returns an immutable
+fitted pytree with ``predict_conditional`` / ``predict_marginal``. Logs are
+:class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
+:func:`read_npz`; :func:`simulate` for ground truth); metrics :func:`perplexity`,
+:func:`log_likelihood`, :func:`ctr_error`; per-rank isotonic calibration
+:class:`RankCalibration` (Borisov et al., CIKM 2018).
+"""
+
+from jaxcal._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        # container and readers
+        "Sessions": "jaxcal.clicks.sessions",
+        "read_yandex": "jaxcal.clicks.io",
+        "iter_yandex": "jaxcal.clicks.io",
+        "read_tiangong": "jaxcal.clicks.io",
+        "iter_tiangong": "jaxcal.clicks.io",
+        "read_npz": "jaxcal.clicks.io",
+        "read_parquet": "jaxcal.clicks.io",
+        # models
+        "GCTR": "jaxcal.clicks.ctr",
+        "RCTR": "jaxcal.clicks.ctr",
+        "DCTR": "jaxcal.clicks.ctr",
+        "PBM": "jaxcal.clicks.pbm",
+        "UBM": "jaxcal.clicks.ubm",
+        "CascadeModel": "jaxcal.clicks.cascade",
+        "DCM": "jaxcal.clicks.dcm",
+        "DBN": "jaxcal.clicks.dbn",
+        "SDBN": "jaxcal.clicks.dbn",
+        "CCM": "jaxcal.clicks.ccm",
+        "ClickModelFit": "jaxcal.clicks._base",
+        "MODELS": "jaxcal.clicks.simulate",
+        # simulation
+        "simulate": "jaxcal.clicks.simulate",
+        "example_params": "jaxcal.clicks.simulate",
+        "from_params": "jaxcal.clicks.simulate",
+        # metrics
+        "perplexity": "jaxcal.clicks.metrics",
+        "log_likelihood": "jaxcal.clicks.metrics",
+        "ctr_error": "jaxcal.clicks.metrics",
+        # calibration (Borisov et al. 2018)
+        "RankCalibration": "jaxcal.clicks.calibration",
+        "reliability_by_rank": "jaxcal.clicks.calibration",
+        "plot_reliability_by_rank": "jaxcal.clicks.calibration",
+    },
+)

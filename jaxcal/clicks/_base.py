@@ -1,0 +1,239 @@
+"""The estimator / fitted-model shell shared by every click model.
+
+* An estimator (``jaxcal.clicks.PBM()``, ...) is a frozen dataclass; ``fit(sessions, *,
+  prior=(1, 2), max_iter=50, tol=1e-6, mesh=None, dedup=True)`` validates eagerly, merges
+  identical sessions, maps (query, document) pairs to ids, and runs the jitted EM loop (or the
+  closed-form MLE) of :mod:`jaxcal.clicks._em`.
+* The result is a :class:`ClickModelFit` pytree: the pair vocabulary, a dict of parameter
+  arrays (query-document parameters have one extra last entry, the prior mean, used for
+  pairs unseen in training), the iteration count and the objective trace. It predicts
+  conditional ``P(C_r = 1 | C_<r)`` and marginal ``P(C_r = 1)`` click probabilities and
+  saves / loads losslessly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal.clicks._em import make_batch, run_closed_form, run_em
+from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs, lookup_pairs
+
+__all__ = ["ClickModel", "ClickModelFit", "check_prior", "check_sessions"]
+
+
+def check_sessions(sessions: Any, *, name: str = "sessions") -> Sessions:
+    """Reject anything but a non-empty :class:`Sessions` with positive total weight."""
+    if not isinstance(sessions, Sessions):
+        raise ValueError(
+            f"{name} must be a jaxcal.clicks.Sessions (use Sessions.from_arrays or a reader); "
+            f"got {type(sessions).__name__}."
+        )
+    if sessions.n_sessions == 0:
+        raise ValueError(f"{name} is empty; need at least one session.")
+    if not np.sum(np.asarray(sessions.weight)) > 0:
+        raise ValueError(f"{name} has zero total weight.")
+    return sessions
+
+
+def check_prior(prior: Any) -> tuple[float, float]:
+    """A Beta pseudo-count prior ``(numerator, denominator)`` with ``0 < num < den``."""
+    try:
+        a, b = (float(v) for v in prior)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"prior must be a pair (numerator, denominator); got {prior!r}.") from exc
+    if not (np.isfinite(a) and np.isfinite(b) and 0 < a < b):
+        raise ValueError(
+            f"prior must satisfy 0 < numerator < denominator (a prior mean in (0, 1)); "
+            f"got ({a}, {b})."
+        )
+    return a, b
+
+
+def _check_em_options(max_iter: Any, tol: Any) -> tuple[int, float]:
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer; got {max_iter!r}.")
+    tol = float(tol)
+    if not (tol >= 0 and np.isfinite(tol)):
+        raise ValueError(f"tol must be a finite number >= 0; got {tol!r}.")
+    return int(max_iter), tol
+
+
+@partial(jax.jit, static_argnames=("fn",))
+def _apply(fn: Callable, params: dict, qd: jax.Array, clicks: jax.Array, mask: jax.Array):
+    probs = fn(params, qd, clicks, mask)
+    return jnp.where(mask, probs, 0.0)
+
+
+@pytree_dataclass
+class ClickModelFit:
+    """A fitted click model (immutable pytree; subclasses fix the model).
+
+    Attributes:
+        pair_query, pair_doc: ``[P]`` the training (query, document) pairs, sorted.
+        params: dict of parameter arrays; query-document parameters are ``[P + 1]`` (the
+            last entry is the prior mean, predicted for unseen pairs), rank parameters
+            ``[n]`` (``[n, n]`` for UBM), global ones scalars.
+        n_iter: EM iterations run (0 for closed-form models).
+        history: ``[max_iter]`` log posterior of each EM iterate (NaN after stopping).
+        prior: the Beta pseudo-counts ``(numerator, denominator)``.
+        n_results: SERP length seen in training.
+    """
+
+    pair_query: np.ndarray
+    pair_doc: np.ndarray
+    params: dict
+    n_iter: Any
+    history: Any
+    prior: tuple = static_field(default=(1.0, 2.0))
+    n_results: int = static_field(default=10)
+
+    model_name: ClassVar[str] = ""
+    _conditional_fn: ClassVar[Callable]
+    _marginal_fn: ClassVar[Callable]
+
+    # ------------------------------------------------------------------ lookups
+    def _encode(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        sessions = check_sessions(sessions)
+        n = sessions.n_results
+        if n > self.n_results:
+            raise ValueError(
+                f"sessions have {n} results per SERP but the model was fitted on "
+                f"{self.n_results}; rank parameters beyond rank {self.n_results} are unknown."
+            )
+        s = sessions.pad_to(self.n_results)
+        qd = lookup_pairs(PairIndex(np.asarray(self.pair_query), np.asarray(self.pair_doc)), s)
+        return qd, np.asarray(s.clicks), np.asarray(s.mask), n
+
+    def pair_value(self, name: str, query: ArrayLike, doc: ArrayLike) -> np.ndarray:
+        """Values of the query-document parameter ``name`` (e.g. ``"alpha"``) for pairs
+        (the prior mean for pairs unseen in training)."""
+        q = np.atleast_1d(np.asarray(query))
+        d = np.atleast_1d(np.asarray(doc))
+        q, d = np.broadcast_arrays(q, d)
+        fake = Sessions(
+            query=q.reshape(-1).astype(np.int32),
+            doc=d.reshape(-1, 1).astype(np.int32),
+            clicks=np.zeros((q.size, 1), np.int8),
+            mask=np.ones((q.size, 1), bool),
+            weight=np.ones(q.size),
+        )
+        qd = lookup_pairs(PairIndex(np.asarray(self.pair_query), np.asarray(self.pair_doc)), fake)
+        return np.asarray(self.params[name])[qd[:, 0]].reshape(q.shape)
+
+    def _predict(self, fn: Callable, sessions: Sessions) -> jax.Array:
+        qd, clicks, mask, n = self._encode(sessions)
+        dtype = jnp.zeros(()).dtype
+        out = _apply(fn, self.params, jnp.asarray(qd), jnp.asarray(clicks, dtype), jnp.asarray(mask))
+        return out[:, :n]
+
+    # ------------------------------------------------------------------ predictions
+    def predict_conditional(self, sessions: Sessions) -> jax.Array:
+        """``P(C_r = 1 | C_1..C_{r-1})`` given the observed clicks above; ``[S, n]``
+        (0 on padded positions). Borisov et al. (2018), Eq. 1."""
+        return self._predict(type(self)._conditional_fn, sessions)
+
+    def predict_marginal(self, sessions: Sessions) -> jax.Array:
+        """Unconditional ``P(C_r = 1)`` (clicks above marginalised out); ``[S, n]`` (0 on
+        padded positions). Borisov et al. (2018), Eq. 2."""
+        return self._predict(type(self)._marginal_fn, sessions)
+
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("params")
+        if params is not None and name in params:
+            return params[name]
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+
+class ClickModel:
+    """Base of the estimators: subclasses set the class attributes below."""
+
+    fitted_cls: ClassVar[type[ClickModelFit]]
+    uses_em: ClassVar[bool] = False
+    # EM models: stats(params, batch) -> (stats, loglik); closed form: stats(template, batch)
+    _stats: ClassVar[Callable]
+    _mstep: ClassVar[Callable]
+
+    @staticmethod
+    def _init(n_pairs: int, n: int, dtype) -> dict:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def fit(
+        self,
+        sessions: Sessions,
+        *,
+        prior: tuple[float, float] = (1.0, 2.0),
+        max_iter: int = 50,
+        tol: float = 1e-6,
+        mesh: Mesh | None = None,
+        dedup: bool = True,
+    ) -> ClickModelFit:
+        """Fit the model to a click log.
+
+        Args:
+            sessions: the training log.
+            prior: Beta pseudo-counts ``(numerator, denominator)`` added to every
+                parameter's sufficient statistics: ``theta = (num + sum posterior) /
+                (den + sum count)`` (default ``(1, 2)``: unseen pairs predict 0.5).
+            max_iter: maximum EM iterations (ignored by closed-form models).
+            tol: EM stops when no parameter changes by ``tol`` or more.
+            mesh: a 1-D ``jax.sharding.Mesh``; sessions are split across its devices and
+                the sufficient statistics summed with ``psum`` (same result as one device).
+            dedup: merge identical sessions first (same result, less work).
+
+        Returns:
+            The fitted model (a pytree; ``.predict_conditional``, ``.predict_marginal``).
+
+        Raises:
+            ValueError: on a bad log, prior, ``max_iter`` or ``tol``.
+        """
+        sessions = check_sessions(sessions)
+        a, b = check_prior(prior)
+        max_iter, tol = _check_em_options(max_iter, tol)
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise ValueError(f"mesh must be a jax.sharding.Mesh or None; got {type(mesh)}.")
+        if dedup:
+            sessions = sessions.deduplicate()
+        index, qd = encode_pairs(sessions)
+        batch = make_batch(
+            qd, np.asarray(sessions.clicks), np.asarray(sessions.mask), sessions.weight, mesh
+        )
+        dtype = batch.weight.dtype
+        n = sessions.n_results
+        n_pairs = index.query.shape[0] + 1
+        prior_arr = jnp.asarray([a, b], dtype)
+        params0 = self._init(n_pairs, n, dtype)
+        if self.uses_em:
+            res = run_em(
+                type(self)._stats,
+                type(self)._mstep,
+                params0,
+                batch,
+                prior_arr,
+                jnp.asarray(tol, dtype),
+                max_iter=max_iter,
+                mesh=mesh,
+            )
+            params, n_iter, history = res.params, res.n_iter, res.history
+        else:
+            params = run_closed_form(
+                type(self)._stats, type(self)._mstep, params0, batch, prior_arr, mesh=mesh
+            )
+            n_iter, history = jnp.asarray(0, jnp.int32), jnp.zeros((0,), dtype)
+        return self.fitted_cls(
+            pair_query=index.query,
+            pair_doc=index.doc,
+            params=dict(params),
+            n_iter=n_iter,
+            history=history,
+            prior=(a, b),
+            n_results=n,
+        )

@@ -1,0 +1,174 @@
+"""The shared EM / MLE engine: sufficient statistics (optionally sharded) and one jitted loop.
+
+Every click model in :mod:`jaxcal.clicks` is fitted the same way:
+
+* ``stats_fn(params, batch) -> (stats, loglik)`` is the E-step: a pytree of weighted sums of
+  posteriors (``segment_sum`` by query-document id, sums by rank) and the log-likelihood
+  of the batch under ``params``. Both are sums over sessions, so they can be computed on
+  shards of the log and added (``psum``) across devices.
+* ``mstep_fn(stats, prior) -> params`` turns the sums into Beta pseudo-count ratios
+  ``(prior_num + sum posterior) / (prior_den + sum count)``.
+
+:func:`run_em` iterates the two inside one ``lax.while_loop`` under ``jit`` until the largest
+parameter change is below ``tol`` or ``max_iter`` iterations ran. The objective traced in
+``history`` is the log posterior that EM increases: log-likelihood + ``sum a log theta +
+(b - a) log(1 - theta)`` over all parameters (the MAP objective whose maximiser is the
+pseudo-count ratio).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["Batch", "EMResult", "make_batch", "compute_stats", "run_em", "ratio", "log_prior"]
+
+
+class Batch(NamedTuple):
+    """Device arrays of a (deduplicated) log: ``qd`` pair ids, clicks, mask, weights."""
+
+    qd: jax.Array  # [S, n] int32, padded -> P
+    clicks: jax.Array  # [S, n] float
+    mask: jax.Array  # [S, n] bool
+    weight: jax.Array  # [S] float
+
+
+class EMResult(NamedTuple):
+    params: Any
+    n_iter: jax.Array
+    delta: jax.Array
+    history: jax.Array  # [max_iter] objective at the iterate (NaN after stopping)
+
+
+def make_batch(
+    qd: np.ndarray, clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray, mesh: Mesh | None
+) -> Batch:
+    """Move a log to the device(s); with a ``mesh``, pad ``S`` to a multiple of the number of
+    devices (padding rows have weight 0 and are fully masked) and shard rows across them."""
+    dtype = jnp.zeros(()).dtype  # float32 unless x64 is enabled
+    if mesh is not None:
+        k = mesh.devices.size
+        pad = (-qd.shape[0]) % k
+        if pad:
+            fill = int(qd.max()) if qd.size else 0
+            qd = np.concatenate([qd, np.full((pad, qd.shape[1]), fill, qd.dtype)])
+            clicks = np.concatenate([clicks, np.zeros((pad, clicks.shape[1]), clicks.dtype)])
+            mask = np.concatenate([mask, np.zeros((pad, mask.shape[1]), bool)])
+            weight = np.concatenate([weight, np.zeros(pad, weight.dtype)])
+        sharding = NamedSharding(mesh, P(mesh.axis_names[0]))
+        put = partial(jax.device_put, device=sharding)
+    else:
+        put = jnp.asarray
+    return Batch(
+        qd=put(np.asarray(qd, np.int32)),
+        clicks=put(np.asarray(clicks).astype(dtype)),
+        mask=put(np.asarray(mask, bool)),
+        weight=put(np.asarray(weight).astype(dtype)),
+    )
+
+
+def compute_stats(stats_fn: Callable, params: Any, batch: Batch, mesh: Mesh | None):
+    """``stats_fn(params, batch)``, summed across the devices of ``mesh`` when given.
+
+    Under a mesh the rows of ``batch`` are split along the mesh's first axis; each device
+    computes the sufficient statistics of its shard and ``lax.psum`` adds them, so the
+    result is the same as on one device (up to floating-point summation order).
+    """
+    if mesh is None:
+        return stats_fn(params, batch)
+    axis = mesh.axis_names[0]
+
+    def local(p, b):
+        return jax.lax.psum(stats_fn(p, b), axis)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axis)), out_specs=P())(params, batch)
+
+
+def ratio(num: jax.Array, den: jax.Array, prior: jax.Array) -> jax.Array:
+    """The Beta pseudo-count estimate ``(prior[0] + num) / (prior[1] + den)``."""
+    return (prior[0] + num) / (prior[1] + den)
+
+
+def log_prior(params: Any, prior: jax.Array) -> jax.Array:
+    """``sum a log theta + (b - a) log(1 - theta)`` over every parameter (MAP penalty)."""
+    leaves = jax.tree_util.tree_leaves(params)
+    a, b = prior[0], prior[1]
+    return sum(jnp.sum(a * jnp.log(t) + (b - a) * jnp.log1p(-t)) for t in leaves)
+
+
+@partial(jax.jit, static_argnames=("stats_fn", "mstep_fn", "max_iter", "mesh"))
+def run_em(
+    stats_fn: Callable,
+    mstep_fn: Callable,
+    params0: Any,
+    batch: Batch,
+    prior: jax.Array,
+    tol: jax.Array,
+    *,
+    max_iter: int,
+    mesh: Mesh | None = None,
+) -> EMResult:
+    """Iterate E- and M-steps in one ``lax.while_loop``.
+
+    Args:
+        stats_fn: E-step ``(params, batch) -> (stats, loglik)``.
+        mstep_fn: M-step ``(stats, prior) -> params`` (same structure as ``params0``).
+        params0: initial parameters (a pytree of arrays in (0, 1)).
+        batch: the log (:func:`make_batch`).
+        prior: ``[2]`` pseudo-counts (numerator, denominator).
+        tol: stop when ``max |theta_new - theta_old| < tol``.
+        max_iter: maximum number of EM iterations (static).
+        mesh: optional device mesh; the statistics are summed across it.
+
+    Returns:
+        :class:`EMResult` with the final parameters, the number of iterations, the last
+        parameter change, and the objective (log posterior) of each iterate.
+    """
+    dtype = jax.tree_util.tree_leaves(params0)[0].dtype
+
+    def cond(state):
+        it, _, delta, _ = state
+        return (it < max_iter) & (delta >= tol)
+
+    def body(state):
+        it, params, _, hist = state
+        stats, ll = compute_stats(stats_fn, params, batch, mesh)
+        new = mstep_fn(stats, prior)
+        delta = jax.tree_util.tree_reduce(
+            jnp.maximum,
+            jax.tree_util.tree_map(lambda x, y: jnp.max(jnp.abs(x - y)), new, params),
+        )
+        hist = hist.at[it].set(ll + log_prior(params, prior))
+        return it + 1, new, delta.astype(dtype), hist
+
+    state = (
+        jnp.asarray(0, jnp.int32),
+        params0,
+        jnp.asarray(jnp.inf, dtype),
+        jnp.full((max_iter,), jnp.nan, dtype),
+    )
+    it, params, delta, hist = jax.lax.while_loop(cond, body, state)
+    return EMResult(params, it, delta, hist)
+
+
+@partial(jax.jit, static_argnames=("stats_fn", "mstep_fn", "mesh"))
+def run_closed_form(
+    stats_fn: Callable,
+    mstep_fn: Callable,
+    template: Any,
+    batch: Batch,
+    prior: jax.Array,
+    *,
+    mesh: Mesh | None = None,
+):
+    """Closed-form MLE: one pass of sufficient statistics (``stats_fn(template, batch)``;
+    ``template`` only carries the parameter shapes), then the M-step."""
+    stats = compute_stats(stats_fn, template, batch, mesh)
+    return mstep_fn(stats, prior)

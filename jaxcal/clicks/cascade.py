@@ -1,0 +1,73 @@
+"""Cascade model (CM; Craswell et al. 2008; Chuklin et al. 2015, Sec. 3.2).
+
+The user scans top-down and stops at the first click: ``E_1 = 1``, ``E_{r+1} = E_r (1 - C_r)``,
+``P(A_r = 1) = alpha_qd``. Closed-form MLE: every rank up to the first click (all ranks when
+there is none) was examined, so ``alpha_qd = (a + clicks) / (b + impressions at r <= first
+click)``. Predictions are exact: ``P(C_r = 1 | C_<r) = alpha_r`` before the first click and
+**0 after it** (a log with several clicks per session has zero likelihood under CM; we do not
+replace the 0 by a small constant: pass ``eps`` to the metrics if you must score such logs).
+``P(C_r = 1) = alpha_r prod_{i < r} (1 - alpha_i)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.clicks._base import ClickModel, ClickModelFit
+from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
+
+__all__ = ["CascadeModel", "FittedCascadeModel", "first_click_or_end"]
+
+
+def first_click_or_end(clicks, mask):
+    """1-based rank of the first click, or the SERP length when there is none; ``[S, 1]``."""
+    n = clicks.shape[1]
+    ranks = jnp.arange(1, n + 1)
+    first = jnp.min(jnp.where(clicks > 0, ranks, n + 1), axis=1, keepdims=True)
+    length = jnp.sum(mask, axis=1, keepdims=True)
+    return jnp.where(first > n, length, first)
+
+
+def _stats(template, batch):
+    w = session_weights(batch)
+    ranks = jnp.arange(1, batch.qd.shape[1] + 1)
+    seen = ranks <= first_click_or_end(batch.clicks, batch.mask)
+    n_pairs = template["alpha"].shape[0]
+    num = by_pair(w * seen * batch.clicks, batch.qd, n_pairs)
+    return {"alpha": (num, by_pair(w * seen, batch.qd, n_pairs))}
+
+
+def _conditional(params, qd, clicks, mask):
+    a = jnp.where(mask, params["alpha"][qd], 0.0)
+    return forward(a, jnp.zeros_like(a), jnp.ones_like(a), clicks)[0]
+
+
+def _marginal(params, qd, clicks, mask):
+    a = jnp.where(mask, params["alpha"][qd], 0.0)
+    return marginal(a, jnp.zeros_like(a), jnp.ones_like(a))
+
+
+@pytree_dataclass
+class FittedCascadeModel(ClickModelFit):
+    """Fitted cascade model: ``params["alpha"]`` (``[P + 1]``)."""
+
+    model_name = "CM"
+    _conditional_fn = staticmethod(_conditional)
+    _marginal_fn = staticmethod(_marginal)
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeModel(ClickModel):
+    """Cascade model, closed-form MLE (see the module docstring)."""
+
+    fitted_cls = FittedCascadeModel
+    _stats = staticmethod(_stats)
+    _mstep = staticmethod(mstep_ratios)
+
+    @staticmethod
+    def _init(n_pairs, n, dtype):
+        return {"alpha": jnp.full((n_pairs,), 0.5, dtype)}

@@ -1,0 +1,184 @@
+"""Evaluation metrics of click models: log-likelihood, perplexity, CTR error.
+
+* Log-likelihood of a log under a model: ``sum_s w_s sum_r log P(C_r = c_r | C_<r)`` from the
+  *conditional* probabilities (the exact probability of the whole click vector).
+* Perplexity at rank ``k`` (Borisov et al., CIKM 2018, Eq. 6; Dupret & Piwowarski 2008):
+  ``2 ** (-(1 / N) sum_s log2 P(C_k = c_k^s))`` over the ``N`` sessions that have rank ``k``;
+  the *average perplexity* is the mean over ranks. With unconditional (marginal) probabilities
+  this is the standard metric; with conditional ones it is the conditional perplexity.
+* CTR error: per rank, the difference between the mean predicted click probability and the
+  observed click-through rate.
+
+All functions take ``[S, n]`` arrays, an optional ``[S, n]`` mask (padding) and optional
+``[S]`` session weights (the multiplicities of a deduplicated log). They are jitted and
+sum over sessions, so they run sharded when the inputs are.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+__all__ = ["perplexity", "log_likelihood", "ctr_error", "PerplexityResult"]
+
+
+class PerplexityResult(NamedTuple):
+    """``average`` (mean over ranks) and ``by_rank`` (``[n]``) perplexity."""
+
+    average: jax.Array
+    by_rank: jax.Array
+
+
+def _check(probs, clicks, mask, sample_weight, eps):
+    p = np.asarray(probs, np.float64)
+    if p.ndim != 2 or p.size == 0:
+        raise ValueError(f"probs must be a non-empty [S, n] array; got shape {p.shape}.")
+    c = np.asarray(clicks)
+    if c.shape != p.shape:
+        raise ValueError(f"shape mismatch: probs {p.shape} but clicks {c.shape}.")
+    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask).astype(bool)
+    if m.shape != p.shape:
+        raise ValueError(f"shape mismatch: probs {p.shape} but mask {m.shape}.")
+    if not m.any():
+        raise ValueError("mask selects no results.")
+    pm = p[m]
+    if not np.isfinite(pm).all() or (pm < 0).any() or (pm > 1).any():
+        raise ValueError("probs must be finite probabilities in [0, 1] on unmasked entries.")
+    if not np.isin(c[m], (0, 1)).all():
+        raise ValueError("clicks must be 0/1.")
+    w = np.ones(p.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    if w.shape != (p.shape[0],) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"sample_weight must be [{p.shape[0]}] non-negative with positive sum.")
+    eps = float(eps)
+    if not 0 <= eps < 0.5:
+        raise ValueError(f"eps must lie in [0, 0.5); got {eps}.")
+    dtype = jnp.zeros(()).dtype
+    return (jnp.asarray(p, dtype), jnp.asarray(c, dtype), jnp.asarray(m), jnp.asarray(w, dtype), eps)
+
+
+def _log2_prob(p, c, eps):
+    # clipping (only when eps > 0) is the last step, applied to the observed outcome's prob
+    q = jnp.where(c > 0, p, 1.0 - p)
+    return jnp.log2(jnp.clip(q, eps, 1.0)) if eps > 0 else jnp.log2(q)
+
+
+@partial(jax.jit, static_argnames=("eps",))
+def _perplexity(p, c, m, w, eps):
+    lp = jnp.where(m, _log2_prob(p, jnp.where(m, c, 0.0), eps), 0.0)
+    wm = jnp.where(m, w[:, None], 0.0)
+    total = jnp.sum(wm, axis=0)
+    by_rank = jnp.exp2(-jnp.sum(wm * lp, axis=0) / jnp.where(total > 0, total, 1.0))
+    present = total > 0
+    by_rank = jnp.where(present, by_rank, jnp.nan)
+    average = jnp.sum(jnp.where(present, by_rank, 0.0)) / jnp.sum(present)
+    return average, by_rank
+
+
+def perplexity(
+    probs: ArrayLike,
+    clicks: ArrayLike,
+    mask: ArrayLike | None = None,
+    *,
+    sample_weight: ArrayLike | None = None,
+    eps: float = 0.0,
+) -> PerplexityResult:
+    """Perplexity at each rank and averaged over ranks (Borisov et al. 2018, Eq. 6).
+
+    ``Perplexity@k = 2 ** (-sum_s w_s log2 P(C_k = c_k^s) / sum_s w_s)`` over sessions with
+    a result at rank ``k``. Pass marginal probabilities for the standard (unconditional)
+    metric, conditional ones for the conditional variant. 1 is perfect; 2 is a coin flip.
+
+    Args:
+        probs: ``[S, n]`` predicted ``P(C_r = 1)``.
+        clicks: ``[S, n]`` observed clicks.
+        mask: ``[S, n]`` real results (default all).
+        sample_weight: ``[S]`` session multiplicities (default 1).
+        eps: clip the probability of the observed outcome below at ``eps`` (default 0: no
+            clipping; a zero probability of an observed event gives infinite perplexity).
+
+    Returns:
+        :class:`PerplexityResult` ``(average, by_rank)``; ranks no session reaches are NaN
+        in ``by_rank`` and left out of the average.
+
+    Raises:
+        ValueError: on shape mismatches, probabilities outside [0, 1], clicks not 0/1, bad
+            weights.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import perplexity
+        >>> float(perplexity(np.full((4, 2), 0.5), np.eye(4, 2)).average)
+        2.0
+    """
+    return PerplexityResult(*_perplexity(*_check(probs, clicks, mask, sample_weight, eps)))
+
+
+@partial(jax.jit, static_argnames=("eps",))
+def _loglik(p, c, m, w, eps):
+    lp = jnp.where(m, _log2_prob(p, jnp.where(m, c, 0.0), eps), 0.0) * jnp.log(2.0)
+    return jnp.sum(lp, axis=1)
+
+
+def log_likelihood(
+    probs: ArrayLike,
+    clicks: ArrayLike,
+    mask: ArrayLike | None = None,
+    *,
+    sample_weight: ArrayLike | None = None,
+    reduction: str = "sum",
+    eps: float = 0.0,
+) -> jax.Array:
+    """Log-likelihood (natural log) of the clicks under *conditional* probabilities.
+
+    ``log P(C^s) = sum_r log P(C_r = c_r^s | C_<r = c_<r^s)`` per session.
+
+    Args:
+        probs: ``[S, n]`` conditional click probabilities ``P(C_r = 1 | C_<r)``.
+        clicks, mask, sample_weight, eps: as in :func:`perplexity`.
+        reduction: ``"sum"`` (weighted total), ``"mean"`` (per session), ``"per_result"``
+            (per shown result), or ``"none"`` (``[S]`` per-session values, unweighted).
+
+    Returns:
+        A scalar, or ``[S]`` for ``reduction="none"``.
+    """
+    if reduction not in ("sum", "mean", "per_result", "none"):
+        raise ValueError(f"reduction must be sum, mean, per_result or none; got {reduction!r}.")
+    p, c, m, w, eps = _check(probs, clicks, mask, sample_weight, eps)
+    per_session = _loglik(p, c, m, w, eps)
+    if reduction == "none":
+        return per_session
+    total = jnp.sum(w * per_session)
+    if reduction == "sum":
+        return total
+    if reduction == "mean":
+        return total / jnp.sum(w)
+    return total / jnp.sum(w[:, None] * m)
+
+
+def ctr_error(
+    probs: ArrayLike,
+    clicks: ArrayLike,
+    mask: ArrayLike | None = None,
+    *,
+    sample_weight: ArrayLike | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-rank CTR error: mean predicted ``P(C_r = 1)`` minus observed CTR at rank ``r``.
+
+    Returns:
+        ``(rmse, by_rank)``: the root-mean-square of the per-rank errors over the ranks
+        present, and the ``[n]`` signed errors (NaN for ranks with no session).
+    """
+    p, c, m, w, _ = _check(probs, clicks, mask, sample_weight, 0.0)
+    wm = jnp.where(m, w[:, None], 0.0)
+    total = jnp.sum(wm, axis=0)
+    present = total > 0
+    denom = jnp.where(present, total, 1.0)
+    err = (jnp.sum(wm * p, axis=0) - jnp.sum(wm * c, axis=0)) / denom
+    err = jnp.where(present, err, jnp.nan)
+    rmse = jnp.sqrt(jnp.sum(jnp.where(present, err**2, 0.0)) / jnp.sum(present))
+    return rmse, err
