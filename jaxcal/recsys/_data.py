@@ -103,8 +103,10 @@ def as_interactions(
               interactions (binarise ratings first, e.g. ``coat.train >= 4``); their values
               are kept as interaction strengths;
             * a tuple ``(users, items)`` or ``(users, items, values)`` of 1-D arrays;
-            * an object with ``users``, ``items`` (and optionally ``values`` /
-              ``n_users`` / ``n_items``) attributes, e.g. ``jaxcal.data.Interactions``.
+            * ``jaxcal.data.Interactions`` (``user``, ``item``, ``rating`` triples; every
+              non-zero rating is a positive, so binarise explicit ratings first with
+              ``jaxcal.data.binarize``), or any object with ``users`` / ``items`` (and
+              optionally ``values`` / ``n_users`` / ``n_items``) attributes.
         n_users: number of users (pairs input; default ``max(users) + 1``).
         n_items: number of items (pairs input; default ``max(items) + 1``).
 
@@ -117,7 +119,12 @@ def as_interactions(
     """
     if train is None:
         raise ValueError("train is required; got None.")
-    if hasattr(train, "users") and hasattr(train, "items"):
+    if hasattr(train, "user") and hasattr(train, "item") and hasattr(train, "rating"):
+        # jaxcal.data.Interactions: (user, item, rating) triples; rating 0 = not positive
+        n_users = n_users if n_users is not None else getattr(train, "n_users", None)
+        n_items = n_items if n_items is not None else getattr(train, "n_items", None)
+        train = (train.user, train.item, train.rating)
+    elif hasattr(train, "users") and hasattr(train, "items"):
         values = getattr(train, "values", None)
         values = None if callable(values) else values
         n_users = n_users if n_users is not None else getattr(train, "n_users", None)
