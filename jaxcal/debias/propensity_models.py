@@ -172,7 +172,7 @@ def holdout_propensity(
     if not np.isfinite(h).all() or (h <= 0).any() or (h > 1).any():
         raise ValueError("holdout_rate must lie in (0, 1] (drop users with nothing held out).")
     if unseen_only:
-        return h * omega / (1.0 - (1.0 - h) * omega)
+        return np.minimum(h * omega / (1.0 - (1.0 - h) * omega), 1.0)  # <= 1 exactly; rounding
     return np.broadcast_to(h * omega, np.broadcast_shapes(h.shape, omega.shape)).copy()
 
 
