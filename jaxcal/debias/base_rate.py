@@ -128,11 +128,13 @@ def negative_sampling_base_rate(
 
 
 def _logit_of(calibrator: Any, scores: Any) -> jax.Array:
-    """Calibrated logits: ``predict_logit`` when the calibrator has one; else the logit of
-    ``predict``, with probabilities clipped to [eps, 1 - eps] (eps = dtype epsilon) so that
-    maps that reach 0 or 1 exactly (isotonic) stay finite. The clip is the only one."""
-    if hasattr(calibrator, "predict_logit"):
-        return jnp.asarray(calibrator.predict_logit(scores))
+    """Calibrated logits: the calibrator's exact ``logit`` (parametric calibrators) when it
+    has one; else the logit of ``predict``, with probabilities clipped to [eps, 1 - eps]
+    (eps = dtype epsilon) so that maps that reach 0 or 1 exactly (isotonic) stay finite.
+    The clip is the only one."""
+    method = getattr(calibrator, "logit", None)
+    if callable(method):
+        return jnp.asarray(method(scores))
     p = jnp.asarray(calibrator.predict(scores))
     eps = jnp.finfo(p.dtype).eps
     p = jnp.clip(p, eps, 1.0 - eps)
@@ -152,13 +154,13 @@ class BaseRateCorrected:
     base: Any
     shift: jax.Array
 
-    def predict_logit(self, scores: ArrayLike) -> jax.Array:
+    def logit(self, scores: ArrayLike) -> jax.Array:
         """Corrected logits ``logit p(s) + shift``."""
         return _logit_of(self.base, maybe_check_scores(scores)) + self.shift
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Corrected probabilities ``sigmoid(logit p(s) + shift)``."""
-        return jax.nn.sigmoid(self.predict_logit(scores))
+        return jax.nn.sigmoid(self.logit(scores))
 
 
 @jax.jit
