@@ -1,0 +1,400 @@
+r"""``jaxcal demo``: calibrate a simulated recommender's scores, naively and with IPS.
+
+The demo runs the whole story of the library on data whose truth is known
+(:func:`jaxcal.data.simulate_preferences`, see its module docstring for the model):
+
+1. simulate ``n_users x n_items`` user-item pairs with true preference probabilities
+   :math:`r_{ui}`, popularity-driven (missing-not-at-random) exposure :math:`\omega_{ui}`,
+   clicks :math:`Y = O R` and noisy, distorted ranking scores :math:`s_{ui}`;
+2. split the pairs at random into a validation part (used with its clicks, as a real
+   system would) and a test part (used with its relevance :math:`R \sim
+   \mathrm{Bernoulli}(r)`, the ideal missing-at-random labels);
+3. fit every calibrator on the validation clicks twice: with the naive log-loss, which
+   learns :math:`P(Y = 1 \mid s) = E[\omega r \mid s]` and so under-estimates preference,
+   and with the unbiased IPS loss :math:`\mathrm{softplus}(z) - (Y/\omega) z` (Schnabel et
+   al. 2016; Saito et al. 2020; Kweon, Kang and Yu, AAAI 2022);
+4. print ECE, MCE, NLL and AUC on the test pairs against their true preferences, and the
+   root-mean-square distance to the true probabilities :math:`r` (only a simulator can
+   report it); write the table as CSV and, with matplotlib, reliability diagrams, fitted
+   maps and score histograms as PNGs.
+
+The same run is available from Python as :func:`run_demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import importlib.util
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxcal._progress import log
+
+__all__ = ["CALIBRATORS", "DemoResult", "DemoRow", "add_parser", "run", "run_demo"]
+
+#: Every calibrator the demo tries, in table order; missing ones are skipped with a note.
+CALIBRATORS = (
+    "PlattScaling",
+    "TemperatureScaling",
+    "BetaCalibration",
+    "GaussianCalibration",
+    "GammaCalibration",
+    "ExponentialCalibration",
+    "HistogramBinning",
+    "IsotonicCalibration",
+    "BBQ",
+)
+PROPENSITIES = ("true", "popularity")
+LOSSES = ("naive", "ips")
+BASELINE = "sigmoid(score)"
+ORACLE = "true probability r"
+COLUMNS = ("calibrator", "loss", "ece", "mce", "nll", "auc", "rmse_true")
+MCE_MIN_FRACTION = 1e-4  # MCE ignores bins under 0.01% of the pairs (Kweon et al.'s code)
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    """One line of the demo table (metrics on the test pairs)."""
+
+    calibrator: str
+    loss: str  #: "naive", "ips", or "-" for the reference rows
+    ece: float  #: ECE against the relevance labels R (``n_bins`` equal-width bins)
+    mce: float  #: MCE against R (bins with >= 0.01% of the pairs)
+    nll: float  #: mean log-loss against R
+    auc: float  #: ROC AUC against R
+    rmse_true: float  #: sqrt(mean((p - r)^2)), distance to the true probabilities
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Everything :func:`run_demo` computed (the CLI prints and plots it)."""
+
+    rows: list[DemoRow]
+    data: Any  #: the :class:`jaxcal.data.SyntheticData`
+    validation: np.ndarray  #: indices of the validation pairs
+    test: np.ndarray  #: indices of the test pairs
+    propensity: np.ndarray  #: propensities used by the IPS fits (validation pairs)
+    fitted: dict[tuple[str, str], Any] = field(default_factory=dict)  #: (name, loss) -> fit
+    probs: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  #: test probs
+    skipped: dict[str, str] = field(default_factory=dict)  #: name -> reason
+
+
+def _calibrator_class(name: str) -> Any:
+    """The calibrator class ``jaxcal.calibrators.<name>``, or ``None`` if it is not there."""
+    import jaxcal.calibrators
+
+    try:
+        return getattr(jaxcal.calibrators, name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _metrics_row(name: str, loss: str, p, relevance, true_prob, n_bins: int) -> DemoRow:
+    from jaxcal.metrics import auc, ece, mce, nll
+
+    return DemoRow(
+        calibrator=name,
+        loss=loss,
+        ece=float(ece(p, relevance, n_bins=n_bins)),
+        mce=float(mce(p, relevance, n_bins=n_bins, min_fraction=MCE_MIN_FRACTION)),
+        nll=float(nll(p, relevance)),
+        auc=float(auc(p, relevance)),
+        rmse_true=float(np.sqrt(np.mean((np.asarray(p) - true_prob) ** 2))),
+    )
+
+
+def run_demo(
+    *,
+    seed: int = 0,
+    n_users: int = 300,
+    n_items: int = 400,
+    validation_fraction: float = 0.5,
+    n_bins: int = 15,
+    propensity: str = "true",
+    calibrators: Sequence[str] = CALIBRATORS,
+    quiet: bool = False,
+) -> DemoResult:
+    r"""Simulate, fit every calibrator naively and with IPS, and score them against the truth.
+
+    Runs in float64 (it enables ``jax_enable_x64``, as the exact solvers are meant to).
+
+    Args:
+        seed: seed of the simulator (``simulate_preferences(seed=seed)``) and of the split
+            (``data.split(seed=seed)``).
+        n_users: number of simulated users.
+        n_items: number of simulated items.
+        validation_fraction: share of the pairs used for fitting (the rest is the test set).
+        n_bins: equal-width bins of ECE / MCE.
+        propensity: ``"true"`` uses the simulator's exposure probabilities
+            :math:`\omega_{ui}` in the IPS loss; ``"popularity"`` estimates them as
+            ``jaxcal.debias.popularity_propensity`` of the items' validation clicks
+            (relative propensities, as in Kweon et al. 2022: right shape, wrong level).
+        calibrators: names in ``jaxcal.calibrators`` (default: all of :data:`CALIBRATORS`;
+            those not available in this installation are skipped and listed in
+            ``skipped``).
+        quiet: no progress lines on stderr.
+
+    Returns:
+        A :class:`DemoResult`: one :class:`DemoRow` per (calibrator, loss), after the
+        reference row ``sigmoid(score)`` (the raw scores read as logits), and before the
+        row of the true probabilities (the floor set by label noise).
+
+    Raises:
+        ValueError: an unknown calibrator name or propensity, or simulator parameters out of
+            range.
+    """
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxcal.data import simulate_preferences
+    from jaxcal.debias import popularity_propensity
+
+    unknown = [c for c in calibrators if c not in CALIBRATORS]
+    if unknown or not calibrators:
+        raise ValueError(f"unknown calibrator(s) {unknown}; choose from {', '.join(CALIBRATORS)}.")
+    if propensity not in PROPENSITIES:
+        raise ValueError(f"propensity must be one of {PROPENSITIES}; got {propensity!r}.")
+
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        log(f"[{time.perf_counter() - start:5.1f}s] {message}", quiet=quiet)
+
+    say(f"simulating {n_users} users x {n_items} items (seed {seed})")
+    data = simulate_preferences(n_users=n_users, n_items=n_items, seed=seed)
+    val, test = data.split(validation_fraction=validation_fraction, seed=seed)
+    scores, clicks = np.asarray(data.scores), np.asarray(data.clicks)
+    relevance, true_prob = np.asarray(data.relevance), np.asarray(data.true_prob)
+    items = np.asarray(data.items)
+    if propensity == "true":
+        omega = np.asarray(data.propensity)[val]
+    else:
+        counts = np.bincount(items[val], weights=clicks[val], minlength=n_items)
+        omega = popularity_propensity(counts)[items[val]]
+
+    s_val, y_val, s_test = scores[val], clicks[val], scores[test]
+    r_test, t_test = relevance[test], true_prob[test]
+    result = DemoResult([], data, val, test, omega)
+    raw = 1.0 / (1.0 + np.exp(-s_test))
+    result.rows.append(_metrics_row(BASELINE, "-", raw, r_test, t_test, n_bins))
+
+    for name in calibrators:
+        cls = _calibrator_class(name)
+        if cls is None:
+            result.skipped[name] = "not available in this installation"
+            say(f"{name}: skipped (not available in this installation)")
+            continue
+        for loss in LOSSES:
+            kw = {} if loss == "naive" else {"propensity": omega}
+            try:
+                fitted = cls().fit(s_val, y_val, loss=loss, **kw)
+            except ValueError as exc:  # e.g. a calibrator that does not take IPS targets
+                result.skipped[f"{name} ({loss})"] = str(exc)
+                say(f"{name} ({loss}): skipped ({exc})")
+                continue
+            p = np.asarray(fitted.predict(s_test))
+            result.fitted[name, loss] = fitted
+            result.probs[name, loss] = p
+            result.rows.append(_metrics_row(name, loss, p, r_test, t_test, n_bins))
+            say(f"fitted {name} ({loss})")
+    result.rows.append(_metrics_row(ORACLE, "-", t_test, r_test, t_test, n_bins))
+    return result
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def format_table(rows: Sequence[DemoRow]) -> str:
+    """The rows as an aligned plain-text table (4 decimals)."""
+    header = ("calibrator", "loss", "ECE", "MCE", "NLL", "AUC", "RMSE(r)")
+    cells = [header] + [
+        (r.calibrator, r.loss, *(f"{v:.4f}" for v in (r.ece, r.mce, r.nll, r.auc, r.rmse_true)))
+        for r in rows
+    ]
+    widths = [max(len(row[j]) for row in cells) for j in range(len(header))]
+
+    def line(row):
+        left = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
+        return "  ".join(left + [c.rjust(w) for c, w in zip(row[2:], widths[2:], strict=True)])
+
+    rule = "-" * len(line(cells[0]))
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def write_csv(rows: Sequence[DemoRow], path: Path) -> Path:
+    """Write the table with full precision (``repr`` of the floats)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for r in rows:
+            writer.writerow([getattr(r, c) if isinstance(getattr(r, c), str)
+                             else repr(float(getattr(r, c))) for c in COLUMNS])  # fmt: skip
+    return path
+
+
+def write_plots(result: DemoResult, out: Path, *, n_bins: int, say) -> list[Path]:
+    """Reliability diagrams, fitted maps and score histograms (needs matplotlib)."""
+    from jaxcal.plot import calibration_map, reliability_diagram, score_histograms
+
+    data, val, test = result.data, result.validation, result.test
+    scores = np.asarray(data.scores)
+    relevance, true_prob = np.asarray(data.relevance)[test], np.asarray(data.true_prob)[test]
+    lo, hi = np.quantile(scores[val], [0.001, 0.999])
+    paths = []
+    for loss, what in (("naive", "naive log-loss"), ("ips", "IPS loss")):
+        probs = {n: p for (n, lss), p in result.probs.items() if lss == loss}
+        if not probs:
+            continue
+        paths.append(reliability_diagram(
+            probs, relevance, out / f"reliability_{loss}.png", ece_bins=n_bins,
+            title=f"Fitted on validation clicks with the {what}; test pairs vs true preference",
+        ))  # fmt: skip
+        say(f"wrote {paths[-1]}")
+        fitted = {n: f for (n, lss), f in result.fitted.items() if lss == loss}
+        paths.append(calibration_map(
+            fitted, (lo, hi), out / f"maps_{loss}.png",
+            scores=scores[test], labels=relevance,
+            reference=(scores[test], true_prob), reference_label="E[r | s] (truth, binned)",
+            title=f"Calibration maps fitted with the {what}",
+        ))  # fmt: skip
+        say(f"wrote {paths[-1]}")
+    paths.append(score_histograms(
+        scores[val], np.asarray(data.clicks)[val], out / "score_histograms.png",
+        log=True, title="Validation scores by click (MNAR labels)",
+    ))  # fmt: skip
+    say(f"wrote {paths[-1]}")
+    return paths
+
+
+# -------------------------------------------------------------------------------- CLI
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1); got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1); got {value}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in CALIBRATORS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown calibrator(s) {unknown or text!r}; choose from {', '.join(CALIBRATORS)}"
+        )
+    return names
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``jaxcal demo``."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="calibrate a simulated recommender, naively and with IPS (no data needed)",
+        description=(
+            "Simulate user-item preferences with known truth, popularity-driven "
+            "(missing-not-at-random) exposure and noisy ranking scores; fit every calibrator "
+            "on validation clicks with the naive and the unbiased IPS loss; print ECE / MCE / "
+            "NLL / AUC on test pairs against their true preferences, and write results.csv "
+            "and PNG plots (reliability diagrams, fitted maps, score histograms) to --out."
+        ),
+        epilog=(
+            "Columns: ECE and MCE with N_BINS equal-width bins (MCE ignores bins with under "
+            "0.01%% of the pairs), NLL = mean log-loss, AUC = ROC AUC, all against the test "
+            "pairs' relevance R ~ Bernoulli(r); RMSE(r) = distance to the true probabilities "
+            "r. Plots need matplotlib (pip install 'jaxcal[plot]'). Runs in float64."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulator and split")
+    parser.add_argument("--n-users", type=_positive_int, default=300, help="simulated users")
+    parser.add_argument("--n-items", type=_positive_int, default=400, help="simulated items")
+    parser.add_argument(
+        "--validation-fraction", type=_fraction, default=0.5,
+        help="share of the pairs used to fit the calibrators (the rest is the test set)",
+    )  # fmt: skip
+    parser.add_argument("--n-bins", type=_positive_int, default=15, help="bins of ECE / MCE")
+    parser.add_argument(
+        "--propensity", choices=PROPENSITIES, default="true",
+        help="propensities of the IPS loss: the simulator's true exposure probabilities, or "
+        "item-popularity estimates (jaxcal.debias.popularity_propensity)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibrators", type=_names, default=list(CALIBRATORS), metavar="NAME[,NAME...]",
+        help="comma-separated subset of: " + ", ".join(CALIBRATORS),
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=Path("jaxcal-demo"),
+        help="output folder for results.csv and the PNG plots",
+    )  # fmt: skip
+    parser.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo for parsed arguments; print the table; write CSV and plots."""
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        log(f"[{time.perf_counter() - start:5.1f}s] {message}", quiet=args.quiet)
+
+    result = run_demo(
+        seed=args.seed,
+        n_users=args.n_users,
+        n_items=args.n_items,
+        validation_fraction=args.validation_fraction,
+        n_bins=args.n_bins,
+        propensity=args.propensity,
+        calibrators=args.calibrators,
+        quiet=args.quiet,
+    )
+    data = result.data
+    val, test = result.validation, result.test
+    settings = dict(data.settings)
+    print(
+        f"jaxcal demo: {data.n_pairs:,} user-item pairs ({data.n_users} users x "
+        f"{data.n_items} items), seed {args.seed}.\n"
+        f"  true preference rate {float(np.mean(data.true_prob)):.3f}; exposure rate "
+        f"{settings['exposure_rate']:.3f}, missing-not-at-random (item popularity); click rate "
+        f"{float(np.mean(np.asarray(data.clicks)[val])):.3f} on the validation pairs.\n"
+        f"  Calibrators fitted on {val.size:,} validation pairs' clicks (IPS with "
+        f"{args.propensity} propensities); metrics on {test.size:,} test pairs against their "
+        f"true preferences\n  (relevance R ~ Bernoulli(r); ECE/MCE with {args.n_bins} "
+        "equal-width bins; RMSE(r) = distance to the true probabilities r).\n"
+    )
+    print(format_table(result.rows))
+    for name, reason in result.skipped.items():
+        print(f"  skipped {name}: {reason}")
+    out: Path = args.out
+    csv_path = write_csv(result.rows, out / "results.csv")
+    written = [csv_path]
+    if not args.no_plots:
+        if importlib.util.find_spec("matplotlib") is None:
+            print("  plots skipped: matplotlib is not installed (pip install 'jaxcal[plot]').")
+        else:
+            written += write_plots(result, out, n_bins=args.n_bins, say=say)
+    print(f"\nwrote {', '.join(str(p) for p in written)}")
+    say("done")
+    return 0

@@ -1,0 +1,75 @@
+"""The ``jaxcal`` command line: help texts, argument errors, and one small demo run."""
+
+from __future__ import annotations
+
+import pytest
+
+from jaxcal.cli import main
+from jaxcal.cli.demo import CALIBRATORS
+
+DEMO_OPTIONS = (
+    "--seed", "--n-users", "--n-items", "--validation-fraction", "--n-bins", "--propensity",
+    "--calibrators", "--out", "--no-plots", "--quiet",
+)  # fmt: skip
+
+
+def _exit_code(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def test_help_lists_subcommands(capsys):
+    code, out, _ = _exit_code(["--help"], capsys)
+    assert code == 0
+    assert "demo" in out and "reproduce" in out
+    assert "calibrate a simulated recommender" in out  # the demo's one-line help
+
+
+def test_version(capsys):
+    import jaxcal
+
+    code, out, _ = _exit_code(["--version"], capsys)
+    assert code == 0 and out.strip() == f"jaxcal {jaxcal.__version__}"
+
+
+def test_no_subcommand_is_an_error(capsys):
+    code, _, err = _exit_code([], capsys)
+    assert code == 2 and "COMMAND" in err
+
+
+def test_demo_help_documents_every_option(capsys):
+    code, out, _ = _exit_code(["demo", "--help"], capsys)
+    assert code == 0
+    for option in DEMO_OPTIONS:
+        assert option in out, option
+    for name in CALIBRATORS:  # the choices of --calibrators are listed
+        assert name in out.replace("\n", " ").replace("  ", " "), name
+    assert "default: 300" in out and "default: jaxcal-demo" in out  # defaults are shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["demo", "--n-users", "0"], "positive integer"),
+        (["demo", "--n-items", "x"], "positive integer"),
+        (["demo", "--validation-fraction", "1.5"], r"\(0, 1\)"),
+        (["demo", "--calibrators", "PlattScaling,Nope"], "unknown calibrator"),
+        (["demo", "--propensity", "guess"], "invalid choice"),
+    ],
+)
+def test_demo_rejects_bad_arguments(argv, match, capsys):
+    import re
+
+    code, _, err = _exit_code(argv, capsys)
+    assert code == 2 and re.search(match, err), err
+
+
+def test_value_errors_become_one_line_messages(tmp_path, capsys):
+    # n_items = 1 passes argparse but the simulator rejects it: exit status 2, no traceback
+    code = main(["demo", "--n-items", "1", "--out", str(tmp_path), "--quiet", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("jaxcal demo: error:") and "n_items" in err
+    assert "Traceback" not in err
