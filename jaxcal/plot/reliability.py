@@ -1,0 +1,163 @@
+"""Reliability diagrams (Guo et al., ICML 2017; Kweon, Kang and Yu, AAAI 2022, Figure 1).
+
+matplotlib is imported lazily, and figures are drawn on an Agg canvas without ``pyplot``,
+so plotting never changes the caller's matplotlib backend or global state.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal.metrics.calibration import ece, reliability
+
+__all__ = ["reliability_diagram"]
+
+_INSTALL_HINT = "plotting needs matplotlib: pip install 'jaxcal[plot]' (or pip install matplotlib)"
+
+ACCURACY_COLOR = "#3b6fb6"
+GAP_COLOR = "#d9534f"
+COUNT_COLOR = "#7f7f7f"
+
+
+def new_figure(figsize: tuple[float, float]) -> Any:
+    """A matplotlib ``Figure`` on an Agg canvas (no pyplot); ImportError with a hint."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(_INSTALL_HINT) from exc
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int) -> Path:
+    """Write ``fig`` as a PNG (parent folders created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, format="png")
+    return path
+
+
+def _as_panels(probs: ArrayLike | Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
+    if isinstance(probs, Mapping):
+        if not probs:
+            raise ValueError("probs is an empty mapping; pass at least one calibrator.")
+        return dict(probs)
+    return {"": probs}
+
+
+def reliability_diagram(
+    probs: ArrayLike | Mapping[str, ArrayLike],
+    labels: ArrayLike,
+    path: str | os.PathLike,
+    *,
+    n_bins: int = 10,
+    strategy: str = "uniform",
+    sample_weight: ArrayLike | None = None,
+    symmetric: bool = False,
+    ece_bins: int = 15,
+    title: str | None = None,
+    ncols: int = 3,
+    dpi: int = 110,
+) -> Path:
+    """Draw a reliability diagram (one panel per calibrator) and write it as a PNG.
+
+    Each panel shows, per bin, the accuracy (blue bars), the gap to the mean confidence
+    (red hatched bars, from accuracy to confidence), the diagonal of perfect calibration,
+    and underneath the share of samples per bin (grey, log scale). The panel title gives
+    the ECE (``ece_bins`` equal-width bins, as in ``jaxcal.metrics.ece``).
+
+    Args:
+        probs: ``[n]`` predicted probabilities, or a mapping ``name -> [n] probabilities``
+            (one panel each, e.g. several calibrators on the same test pairs).
+        labels: ``[n]`` 0/1 labels shared by every panel.
+        path: output PNG path (parent folders are created).
+        n_bins: bins of the diagram (default 10, as in Kweon et al. 2022).
+        strategy: ``"uniform"`` or ``"quantile"`` bins (see ``jaxcal.metrics.reliability``).
+        sample_weight: optional ``[n]`` weights.
+        symmetric: draw bins below 0.5 on the negative class (the AAAI 2022 figures).
+        ece_bins: number of bins for the ECE in the panel titles (default 15).
+        title: figure title.
+        ncols: panels per row.
+        dpi: resolution of the PNG.
+
+    Returns:
+        ``path`` as a ``pathlib.Path``.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+        ValueError: invalid probabilities / labels / weights (as in ``jaxcal.metrics``).
+
+    Example:
+        >>> reliability_diagram({"naive": p_naive, "IPS": p_ips}, relevance, "rel.png")
+    """
+    panels = _as_panels(probs)
+    tables = {
+        name: (
+            reliability(p, labels, n_bins=n_bins, strategy=strategy,
+                        sample_weight=sample_weight, symmetric=symmetric),
+            float(ece(p, labels, n_bins=ece_bins, sample_weight=sample_weight)),
+        )
+        for name, p in panels.items()
+    }  # fmt: skip
+    fig = new_figure((1.0, 1.0))  # validated data first, then the figure
+    ncols = max(1, min(int(ncols), len(panels)))
+    nrows = math.ceil(len(panels) / ncols)
+    fig.set_size_inches(3.6 * ncols, 4.1 * nrows)
+    outer = fig.add_gridspec(nrows, ncols)
+    for k, (name, (table, err)) in enumerate(tables.items()):
+        inner = outer[k // ncols, k % ncols].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.05)
+        ax = fig.add_subplot(inner[0])
+        ax_count = fig.add_subplot(inner[1], sharex=ax)
+        _draw_panel(ax, ax_count, table, symmetric=symmetric)
+        label = f"{name}: ECE = {err:.4f}" if name else f"ECE = {err:.4f}"
+        ax.set_title(label, fontsize=10)
+        if k % ncols:
+            ax.set_ylabel("")
+            ax_count.set_ylabel("")
+    if title:
+        fig.suptitle(title, fontsize=12)
+    return save_figure(fig, path, dpi=dpi)
+
+
+def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
+    edges = np.asarray(table.edges)
+    left, width = edges[:-1], np.diff(edges)
+    center = left + width / 2
+    acc, conf = np.asarray(table.accuracy), np.asarray(table.confidence)
+    full = np.asarray(table.weight) > 0
+    ax.bar(left[full], acc[full], width[full], align="edge", color=ACCURACY_COLOR,
+           edgecolor="white", linewidth=0.6, label="accuracy")  # fmt: skip
+    ax.bar(left[full], (conf - acc)[full], width[full], bottom=acc[full], align="edge",
+           color=GAP_COLOR, alpha=0.35, edgecolor=GAP_COLOR, hatch="//", linewidth=0.6,
+           label="gap to confidence")  # fmt: skip
+    ax.plot(center[full], conf[full], "o", color=GAP_COLOR, markersize=3, label="confidence")
+    ax.plot([0, 1], [0, 1], "--", color="black", linewidth=0.8)
+    if symmetric:
+        ax.plot([0, 0.5], [1, 0.5], "--", color="black", linewidth=0.8)
+        ax.set_ylabel("accuracy (negatives below 0.5)")
+    else:
+        ax.set_ylabel("accuracy (share of positives)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.tick_params(labelbottom=False)
+    ax.legend(loc="upper left", fontsize=7, frameon=False)
+    ax.grid(alpha=0.25)
+    share = np.asarray(table.count) / max(float(np.sum(table.count)), 1.0)
+    some = share > 0
+    ax_count.bar(left[some], share[some], width[some], align="edge",
+                 color=COUNT_COLOR, edgecolor="white", linewidth=0.6)  # fmt: skip
+    if some.any():
+        ax_count.set_yscale("log")
+        ax_count.set_ylim(max(share[share > 0].min() / 2, 1e-7), 1.5)
+    ax_count.set_ylabel("share", fontsize=8)
+    ax_count.set_xlabel("predicted probability (confidence)")
+    ax_count.grid(alpha=0.25)
