@@ -36,11 +36,11 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "SDBN": "jaxcal.clicks.dbn",
         "CCM": "jaxcal.clicks.ccm",
         "ClickModelFit": "jaxcal.clicks._base",
-        "MODELS": "jaxcal.clicks.simulate",
+        "MODELS": "jaxcal.clicks.simulator",
         # simulation
-        "simulate": "jaxcal.clicks.simulate",
-        "example_params": "jaxcal.clicks.simulate",
-        "from_params": "jaxcal.clicks.simulate",
+        "simulate": "jaxcal.clicks.simulator",
+        "example_params": "jaxcal.clicks.simulator",
+        "from_params": "jaxcal.clicks.simulator",
         # metrics
         "perplexity": "jaxcal.clicks.metrics",
         "log_likelihood": "jaxcal.clicks.metrics",

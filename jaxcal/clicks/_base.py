@@ -132,7 +132,9 @@ class ClickModelFit:
     def _predict(self, fn: Callable, sessions: Sessions) -> jax.Array:
         qd, clicks, mask, n = self._encode(sessions)
         dtype = jnp.zeros(()).dtype
-        out = _apply(fn, self.params, jnp.asarray(qd), jnp.asarray(clicks, dtype), jnp.asarray(mask))
+        out = _apply(
+            fn, self.params, jnp.asarray(qd), jnp.asarray(clicks, dtype), jnp.asarray(mask)
+        )
         return out[:, :n]
 
     # ------------------------------------------------------------------ predictions

@@ -80,10 +80,18 @@ def ccm_posteriors(alpha, tau, clicks, mask):
         "p_attr": p_attr,
         "p_rel": p_rel,
         "tau_num": jnp.stack(
-            [jnp.where(skip, t1_num, zero), jnp.where(click, t2_num, zero), jnp.where(click, t3_num, zero)]
+            [
+                jnp.where(skip, t1_num, zero),
+                jnp.where(click, t2_num, zero),
+                jnp.where(click, t3_num, zero),
+            ]
         ),
         "tau_den": jnp.stack(
-            [jnp.where(skip, t1_den, zero), jnp.where(click, t2_den, zero), jnp.where(click, t3_den, zero)]
+            [
+                jnp.where(skip, t1_den, zero),
+                jnp.where(click, t2_den, zero),
+                jnp.where(click, t3_den, zero),
+            ]
         ),
         "cond": cond,
     }
@@ -100,7 +108,10 @@ def ccm_stats(params, batch):
     den = by_pair(w + wc, batch.qd, n_pairs)
     stats = {
         "alpha": (num, den),
-        "tau": (jnp.sum(w * post["tau_num"], axis=(1, 2)), jnp.sum(w * post["tau_den"], axis=(1, 2))),
+        "tau": (
+            jnp.sum(w * post["tau_num"], axis=(1, 2)),
+            jnp.sum(w * post["tau_den"], axis=(1, 2)),
+        ),
     }
     ll = jnp.sum(batch.weight * bernoulli_loglik(post["cond"], batch.clicks, batch.mask))
     return stats, ll

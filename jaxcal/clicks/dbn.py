@@ -129,8 +129,14 @@ def _sdbn_stats(template, batch):
     last = last_click_or_end(c, batch.mask)
     n_pairs = template["alpha"].shape[0]
     return {
-        "alpha": (by_pair(w * c, batch.qd, n_pairs), by_pair(w * (ranks <= last), batch.qd, n_pairs)),
-        "sigma": (by_pair(w * c * (ranks == last), batch.qd, n_pairs), by_pair(w * c, batch.qd, n_pairs)),
+        "alpha": (
+            by_pair(w * c, batch.qd, n_pairs),
+            by_pair(w * (ranks <= last), batch.qd, n_pairs),
+        ),
+        "sigma": (
+            by_pair(w * c * (ranks == last), batch.qd, n_pairs),
+            by_pair(w * c, batch.qd, n_pairs),
+        ),
     }
 
 

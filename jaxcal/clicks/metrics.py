@@ -58,7 +58,13 @@ def _check(probs, clicks, mask, sample_weight, eps):
     if not 0 <= eps < 0.5:
         raise ValueError(f"eps must lie in [0, 0.5); got {eps}.")
     dtype = jnp.zeros(()).dtype
-    return (jnp.asarray(p, dtype), jnp.asarray(c, dtype), jnp.asarray(m), jnp.asarray(w, dtype), eps)
+    return (
+        jnp.asarray(p, dtype),
+        jnp.asarray(c, dtype),
+        jnp.asarray(m),
+        jnp.asarray(w, dtype),
+        eps,
+    )
 
 
 def _log2_prob(p, c, eps):

@@ -286,7 +286,8 @@ def encode_pairs(sessions: Sessions) -> tuple[PairIndex, np.ndarray]:
     qd = np.full(m.shape, uniq.shape[0], np.int32)
     qd[m] = inv.reshape(-1)
     index = PairIndex(
-        query=(uniq // np.int64(2**31)).astype(np.int32), doc=(uniq % np.int64(2**31)).astype(np.int32)
+        query=(uniq // np.int64(2**31)).astype(np.int32),
+        doc=(uniq % np.int64(2**31)).astype(np.int32),
     )
     return index, qd
 

@@ -112,9 +112,7 @@ def posterior(name, alpha, theta, observed):
     if name == "CCM":
         num, den = np.zeros((3, n)), np.zeros((3, n))
         for r in range(n - 1):
-            for k, state in enumerate(
-                [E[:, r] & ~C[:, r], C[:, r] & ~X[:, r], C[:, r] & X[:, r]]
-            ):
+            for k, state in enumerate([E[:, r] & ~C[:, r], C[:, r] & ~X[:, r], C[:, r] & X[:, r]]):
                 num[k, r] = ev(state & E[:, r + 1])
                 den[k, r] = ev(state)
         out["tau_num"], out["tau_den"] = num, den

@@ -12,7 +12,7 @@ from jaxcal.clicks._em import Batch
 from jaxcal.clicks.ccm import ccm_posteriors
 from jaxcal.clicks.dbn import dbn_posteriors
 from jaxcal.clicks.pbm import pbm_stats
-from jaxcal.clicks.simulate import MODELS
+from jaxcal.clicks.simulator import MODELS
 from jaxcal.clicks.ubm import ubm_stats
 
 from ._bruteforce import click_probabilities, posterior
@@ -158,7 +158,9 @@ def test_predictions_equal_bruteforce(name):
     alpha, theta = _random_problem(rng, name, n)
     fitted = _fitted_from(name, alpha, theta, n)
     all_clicks = np.array(list(np.ndindex(*(2,) * n)), float)
-    log = Sessions.from_arrays(np.zeros(len(all_clicks)), np.tile(np.arange(n), (16, 1)), all_clicks)
+    log = Sessions.from_arrays(
+        np.zeros(len(all_clicks)), np.tile(np.arange(n), (16, 1)), all_clicks
+    )
     cond = np.asarray(fitted.predict_conditional(log))
     marg = np.asarray(fitted.predict_marginal(log))
     for s, clicks in enumerate(all_clicks):

@@ -103,8 +103,10 @@ def example_params(
     elif name == "UBM":
         r = rank[:, None].astype(float)
         prev = np.arange(n_results)[None, :].astype(float)
-        dist = np.where(prev > 0, r - prev, r)
-        out["gamma"] = np.clip(0.95 / dist**0.5 - 0.02 * (prev == 0) * r, 0.05, 0.98)
+        used = prev < r  # only r' < r is ever used; other entries are set to 0.5
+        dist = np.where(used, np.where(prev > 0, r - prev, r), 1.0)
+        gamma = np.clip(0.95 / dist**0.5 - 0.02 * (prev == 0) * r, 0.05, 0.98)
+        out["gamma"] = np.where(used, gamma, 0.5)
     elif name == "DCM":
         out["lambda"] = np.clip(0.7 - 0.04 * rank, 0.05, 0.95)
     elif name == "DBN":
@@ -197,7 +199,7 @@ def _draw_clicks(name: str, params: dict, alpha, sigma, key) -> jax.Array:
             click = (u0 < params["gamma"][r]) & attractive
         elif name == "UBM":
             click = (u0 < params["gamma"][r][prev]) & attractive
-            prev = jnp.where(click, r + 1, prev)
+            prev = jnp.where(click, (r + 1).astype(prev.dtype), prev)
         else:
             click = exam & attractive
             if name == "CM":
