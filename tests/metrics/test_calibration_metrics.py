@@ -100,6 +100,23 @@ def test_edges_and_boundary_values():
     assert abs(float(mce([0.0, 0.5, 1.0, 1.0], [0, 1, 1, 0], n_bins=4)) - 0.5) < TOL
 
 
+def test_quantile_bins_with_tied_probabilities():
+    # 60% of the mass sits on one value: tied quantiles give empty bins, skipped by ECE/MCE
+    rng = np.random.default_rng(7)
+    p = np.where(rng.uniform(size=1000) < 0.6, 0.2, rng.uniform(size=1000))
+    y = (rng.uniform(size=1000) < p).astype(float)
+    edges = cal.bin_edges(p, n_bins=10, strategy="quantile")
+    assert (np.diff(edges) == 0).sum() >= 4  # several zero-width bins
+    ref_ece, ref_mce, rows = loop_reference(p, y, np.ones_like(p), edges)
+    assert abs(float(ece(p, y, n_bins=10, strategy="quantile")) - ref_ece) < TOL
+    assert abs(float(mce(p, y, n_bins=10, strategy="quantile")) - ref_mce) < TOL
+    r = reliability(p, y, n_bins=10, strategy="quantile")
+    assert int(np.asarray(r.count).sum()) == 1000
+    # the tie lands in the last of the bins whose left edge is 0.2, with no other bin
+    k = int(np.flatnonzero(edges == 0.2).max())
+    assert int(r.count[k]) == int(((p >= 0.2) & (p < edges[k + 1])).sum()) > (p == 0.2).sum()
+
+
 def test_symmetric_reliability_flips_negative_bins():
     rng = np.random.default_rng(2)
     p, y, _ = sample(rng, 1000)
@@ -217,6 +234,29 @@ _SHARDED = textwrap.dedent(
     e1 = float(cal.ece_from_stats(one)); e4 = float(cal.ece_from_stats(four))
     m1 = float(cal.mce_from_stats(one)); m4 = float(cal.mce_from_stats(four))
     assert abs(e1 - e4) < 1e-12 and abs(m1 - m4) < 1e-12, (e1, e4, m1, m4)
+    # the jitted cores of every metric on NamedSharding-sharded inputs equal one device
+    from jaxcal.metrics import auc, brier, ece, mce, nll, reliability
+    from jaxcal.metrics import discrimination as disc
+    ps, ys, ws = (jax.device_put(a, shard) for a in (p, y, w))
+    eps = np.finfo(np.float64).eps
+    for name, f, args in [
+        ("ece", cal._ece_core, (edges,)), ("mce", cal._mce_core, (edges, 5)),
+        ("nll", cal._nll_core, (eps,)), ("brier", cal._brier_core, ()),
+    ]:
+        a, b = float(f(p, y, w, *args)), float(f(ps, ys, ws, *args))
+        assert abs(a - b) < 1e-12, (name, a, b)
+    s = np.round(rng.normal(size=n) + 2 * y, 1)  # ties across shard boundaries
+    a = float(disc._auc_core(s, y, w))
+    b = float(disc._auc_core(jax.device_put(s, shard), ys, ws))
+    assert abs(a - b) < 1e-12, ("auc", a, b)
+    # the public API accepts sharded jax Arrays and gives the one-device numbers
+    for metric in (ece, mce, nll, brier):
+        one, four = metric(p, y, sample_weight=w), metric(ps, ys, sample_weight=ws)
+        assert abs(float(one) - float(four)) < 1e-12, metric.__name__
+    assert abs(float(auc(jax.device_put(s, shard), ys)) - float(auc(s, y))) < 1e-12
+    r1, r4 = reliability(p, y, strategy="quantile"), reliability(ps, ys, strategy="quantile")
+    for a, b in zip(r1, r4):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
     print("OK", e1)
     """
 )
