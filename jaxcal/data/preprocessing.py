@@ -16,7 +16,7 @@ a constant calibrator fitted on such data predicts
 
 whatever the real base rate. :func:`calibration_pairs` makes ``r`` an explicit parameter,
 reports the base rate it implies under each loss (:mod:`jaxcal.debias.base_rate`), and
-returns the negative weights that undo the subsampling (see ``docs/data.md``).
+returns the negative weights that undo the subsampling (see ``docs/debias.md``).
 """
 
 from __future__ import annotations
@@ -324,6 +324,7 @@ def calibration_pairs(
     key: Any = 0,
     propensity: ArrayLike | None = None,
     replace: bool = True,
+    all_users: bool = False,
 ) -> CalibrationPairs:
     r"""Build a calibration set: validation positives + ``n_negatives`` negatives per positive.
 
@@ -340,7 +341,10 @@ def calibration_pairs(
         \pi_\text{ips\_positive} = \frac{m}{m + r}.
 
     ``n_negatives=None`` uses every allowed pair of the validation users as a negative
-    (no subsampling), which estimates the population base rate directly.
+    (no subsampling), which estimates the population base rate directly. With a *random*
+    hold-out every user could have drawn a validation positive, so the population is every
+    user's pairs without a training positive: pass ``all_users=True`` (otherwise users with
+    many positives, likelier to have one held out, are over-represented).
 
     Args:
         valid: validation positives (matrix or :class:`Interactions`).
@@ -352,6 +356,8 @@ def calibration_pairs(
             these should already include the hold-out factor
             (:func:`jaxcal.debias.holdout_propensity`).
         replace: sample a user's negatives with replacement (default; independent draws).
+        all_users: with ``n_negatives=None``, take the negatives from every user, not only
+            the users with a validation positive.
 
     Returns:
         :class:`CalibrationPairs`.
@@ -375,7 +381,7 @@ def calibration_pairs(
     k_u = v.sum(1)
     allowed = v.shape[1] - known.sum(1)
     if n_negatives is None:
-        users = np.flatnonzero(k_u > 0)
+        users = np.arange(v.shape[0]) if all_users else np.flatnonzero(k_u > 0)
         nu, ni = np.nonzero(~known[users])
         nu = users[nu]
         neg_w = np.ones(nu.size)

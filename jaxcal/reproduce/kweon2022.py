@@ -144,6 +144,7 @@ class Study:
     mar: np.ndarray  # [T] bool, the 5% MAR sample (kept apart from evaluation)
     absolute: np.ndarray  # [U, I] absolute exposure propensities for protocol c
     absolute_source: str
+    holdout: str = "per_user_last"  # or "random"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -162,49 +163,97 @@ def _split_mar(n: int, seed: int) -> np.ndarray:
     return mar
 
 
-def _from_ratings(
-    dataset: str, train_ratings: np.ndarray, test_ratings: np.ndarray, seed: int
-) -> tuple:
-    from jaxcal.data import binarize, holdout_rate, holdout_split
+def _holdout(pos: np.ndarray, holdout: str, seed: int) -> tuple:
+    """Training / validation positives and the per-user hold-out probability h: the
+    realised per-user share for the authors' deterministic rule, the global share for a
+    random hold-out (where every positive is held out with the same probability)."""
+    from jaxcal.data import holdout_rate, holdout_split
 
-    pos = binarize(train_ratings)
-    train, valid = holdout_split(pos, fraction=HOLDOUT_FRACTION, method="per_user_last")
-    h = holdout_rate(train, valid, per_user=True)
+    if holdout not in ("per_user_last", "random"):
+        raise ValueError(f"holdout must be 'per_user_last' or 'random'; got {holdout!r}.")
+    train, valid = holdout_split(pos, fraction=HOLDOUT_FRACTION, method=holdout, key=seed)
+    if holdout == "random":
+        return train, valid, np.full(pos.shape[0], holdout_rate(train, valid))
+    return train, valid, holdout_rate(train, valid, per_user=True)
+
+
+def _from_ratings(train_ratings: np.ndarray, test_ratings: np.ndarray, seed: int, holdout: str):
+    from jaxcal.data import binarize
+
+    train, valid, h = _holdout(binarize(train_ratings), holdout, seed)
     tu, ti = np.nonzero(test_ratings)
     label = (test_ratings[tu, ti] >= 4).astype(np.float64)
     mar = _split_mar(tu.size, seed + 1)
     return train, valid, h, tu, ti, label, mar
 
 
-def load_study(dataset: str, *, seed: int = 0, yahoo_dir: str | None = None) -> Study:
-    """Load and split ``dataset`` (``"coat"``, ``"yahoo"`` or ``"synthetic"``)."""
+def _naive_bayes_matrix(train_ratings, test_ratings, tu, ti, mar) -> np.ndarray:
+    """Naive Bayes P(O=1 | rating) (Schnabel et al. 2016) from the MAR sample, for every
+    rated training pair; the overall exposure rate elsewhere (unused by the IPS loss, whose
+    targets Y/w are 0 on unobserved pairs)."""
+    from jaxcal.debias import naive_bayes_propensity
+
+    mar_ratings = test_ratings[tu[mar], ti[mar]]
+    nb = naive_bayes_propensity(train_ratings, mar_ratings, alpha=1.0)
+    omega = np.full(train_ratings.shape, float(nb.observed_rate))
+    rated = train_ratings > 0
+    omega[rated] = np.asarray(nb.predict(train_ratings[rated]))
+    return omega
+
+
+def load_study(
+    dataset: str,
+    *,
+    seed: int = 0,
+    yahoo_dir: str | None = None,
+    holdout: str = "per_user_last",
+    absolute: str = "default",
+) -> Study:
+    """Load and split ``dataset`` (``"coat"``, ``"yahoo"`` or ``"synthetic"``).
+
+    Args:
+        dataset: ``"coat"``, ``"yahoo"`` or ``"synthetic"``.
+        seed: seed of the MAR split, a random hold-out and the simulator.
+        yahoo_dir: folder of the Yahoo!R3 files.
+        holdout: ``"per_user_last"`` (the authors' deterministic rule) or ``"random"``.
+        absolute: protocol c's propensities: ``"default"`` (Coat: the published matrix;
+            Yahoo!R3: Naive Bayes; synthetic: the true ones) or ``"naive_bayes"`` (from the
+            5% MAR sample; Coat and Yahoo!R3).
+
+    Raises:
+        ValueError: unknown dataset, hold-out or propensity source; missing Yahoo!R3 path.
+    """
     from jaxcal.debias import holdout_propensity
 
+    if absolute not in ("default", "naive_bayes"):
+        raise ValueError(f"absolute must be 'default' or 'naive_bayes'; got {absolute!r}.")
+    nb_source = "Naive Bayes P(O=1 | rating) from the 5% MAR sample x hold-out factor"
     if dataset == "coat":
         from jaxcal.data import load_coat
 
         coat = load_coat()
-        train, valid, h, tu, ti, label, mar = _from_ratings("coat", coat.train, coat.test, seed)
-        omega = np.asarray(coat.propensities, np.float64)
-        source = "Coat's published propensities (Schnabel et al. 2016) x hold-out factor"
+        train, valid, h, tu, ti, label, mar = _from_ratings(coat.train, coat.test, seed, holdout)
+        if absolute == "naive_bayes":
+            omega = _naive_bayes_matrix(coat.train, coat.test, tu, ti, mar)
+            source = nb_source
+        else:
+            omega = np.asarray(coat.propensities, np.float64)
+            source = "Coat's published propensities (Schnabel et al. 2016) x hold-out factor"
     elif dataset == "yahoo":
         if yahoo_dir is None:
             raise ValueError("--dataset yahoo needs --yahoo-dir (the Webscope R3 files).")
         from jaxcal.data import load_yahoo_r3
-        from jaxcal.debias import naive_bayes_propensity
 
         data = load_yahoo_r3(yahoo_dir)
         tr_r, te_r = data.train.to_dense(), data.test.to_dense()
-        train, valid, h, tu, ti, label, mar = _from_ratings("yahoo", tr_r, te_r, seed)
-        mar_ratings = te_r[tu[mar], ti[mar]]
-        nb = naive_bayes_propensity(tr_r, mar_ratings, n_pairs=tr_r.size, alpha=1.0)
-        omega = np.full(tr_r.shape, float(nb.observed_rate))
-        rated = tr_r > 0
-        omega[rated] = np.asarray(nb.predict(tr_r[rated]))
-        source = "Naive Bayes P(O=1 | rating) from the 5% MAR sample x hold-out factor"
+        train, valid, h, tu, ti, label, mar = _from_ratings(tr_r, te_r, seed, holdout)
+        omega = _naive_bayes_matrix(tr_r, te_r, tu, ti, mar)
+        source = nb_source
     elif dataset == "synthetic":
-        from jaxcal.data import holdout_rate, holdout_split, simulate_preferences
+        from jaxcal.data import simulate_preferences
 
+        if absolute == "naive_bayes":
+            raise ValueError("absolute='naive_bayes' needs ratings (coat or yahoo).")
         n_u, n_i = 300, 300
         sim = simulate_preferences(n_users=n_u, n_items=n_i, seed=seed, base_rate=0.15)
         clicks = np.asarray(sim.clicks).reshape(n_u, n_i).astype(np.int64)
@@ -212,18 +261,17 @@ def load_study(dataset: str, *, seed: int = 0, yahoo_dir: str | None = None) -> 
         rng = np.random.default_rng(seed + 2)
         ti = np.argsort(rng.random((n_u, n_i)), axis=1)[:, :16].ravel()  # 16 random / user
         tu = np.repeat(np.arange(n_u), 16)
-        train, valid = holdout_split(clicks, fraction=HOLDOUT_FRACTION, method="per_user_last")
-        h = holdout_rate(train, valid, per_user=True)
+        train, valid, h = _holdout(clicks, holdout, seed)
         label = relevance[tu, ti].astype(np.float64)
         mar = _split_mar(tu.size, seed + 1)
         omega = np.asarray(sim.propensity, np.float64).reshape(n_u, n_i)
         source = "the simulator's true propensities x hold-out factor"
     else:
         raise ValueError(f"dataset must be coat, yahoo or synthetic; got {dataset!r}.")
-    absolute = np.ones_like(omega)
+    omega_abs = np.ones_like(omega)
     has = h > 0
-    absolute[has] = holdout_propensity(omega[has], h[has][:, None])
-    return Study(dataset, train, valid, h, tu, ti, label, mar, absolute, source)
+    omega_abs[has] = holdout_propensity(omega[has], h[has][:, None])
+    return Study(dataset, train, valid, h, tu, ti, label, mar, omega_abs, source, holdout)
 
 
 # --------------------------------------------------------------------------- models
@@ -346,12 +394,13 @@ def calibration_set(study: Study, protocol: str, *, seed: int) -> CalSet:
             propensity=relative,
         )
         loss = "ips_positive"
-    elif protocol == "b":
-        cp = calibration_pairs(study.valid, study.train, n_negatives=None, propensity=relative)
-        loss = "ips"
-    elif protocol == "c":
+    elif protocol in ("b", "c"):
         cp = calibration_pairs(
-            study.valid, study.train, n_negatives=None, propensity=study.absolute
+            study.valid,
+            study.train,
+            n_negatives=None,
+            propensity=relative if protocol == "b" else study.absolute,
+            all_users=study.holdout == "random",  # any user could have had a hold-out
         )
         loss = "ips"
     else:
@@ -820,6 +869,8 @@ def reproduce(
     quick: bool = False,
     seed: int = 0,
     yahoo_dir: str | None = None,
+    holdout: str = "per_user_last",
+    absolute: str = "default",
     figures: bool = True,
     quiet: bool = False,
 ) -> dict:
@@ -833,6 +884,9 @@ def reproduce(
             of about a minute on Coat).
         seed: seed of the hold-out, negative sampling, MAR split and model training.
         yahoo_dir: folder of the Yahoo!R3 Webscope files.
+        holdout: ``"per_user_last"`` (the authors' validation rule) or ``"random"``.
+        absolute: protocol c's propensities, ``"default"`` or ``"naive_bayes"`` (see
+            :func:`load_study`).
         figures: write the PNG figures (needs matplotlib).
         quiet: no progress lines.
 
@@ -851,7 +905,7 @@ def reproduce(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    study = load_study(dataset, seed=seed, yahoo_dir=yahoo_dir)
+    study = load_study(dataset, seed=seed, yahoo_dir=yahoo_dir, holdout=holdout, absolute=absolute)
     log(
         f"kweon2022: {dataset}: {int(study.train.sum())} training / {int(study.valid.sum())} "
         f"validation positives, {study.test_label.size} MAR test ratings",
@@ -883,6 +937,7 @@ def reproduce(
         "n_eval": int(study.eval_mask.sum()),
         "n_mar": int(study.mar.sum()),
         "absolute_propensities": study.absolute_source,
+        "holdout": holdout,
         "skipped": notes,
     }
     for protocol, (_, preds, _, _) in results.items():
@@ -925,6 +980,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="tiny models, Platt and Gaussian only: a smoke run"
     )
+    parser.add_argument(
+        "--holdout",
+        choices=("per_user_last", "random"),
+        default="per_user_last",
+        help="validation hold-out: the authors' deterministic rule or a random 10%%",
+    )
+    parser.add_argument(
+        "--absolute",
+        choices=("default", "naive_bayes"),
+        default="default",
+        help="protocol c's propensities (default: Coat's published matrix)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument("--quiet", action="store_true")
@@ -940,6 +1007,8 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         seed=args.seed,
         yahoo_dir=args.yahoo_dir,
+        holdout=args.holdout,
+        absolute=args.absolute,
         figures=not args.no_figures,
         quiet=args.quiet,
     )

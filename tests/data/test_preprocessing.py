@@ -194,6 +194,12 @@ def test_calibration_pairs_all_negatives_and_errors():
     assert set(zip(cp.user.tolist(), cp.item.tolist(), strict=True)) == expected
     assert cp.base_rate["naive"] == pytest.approx(valid.sum() / len(expected), rel=EXACT)
     assert cp.propensity is None and set(cp.base_rate) == {"naive"}
+    # all_users: every user's non-training pairs (a random hold-out could hit any user)
+    cp_all = calibration_pairs(valid, train, n_negatives=None, all_users=True)
+    every = {(u, i) for u in range(pos.shape[0]) for i in range(pos.shape[1]) if not train[u, i]}
+    assert set(zip(cp_all.user.tolist(), cp_all.item.tolist(), strict=True)) == every
+    assert len(every) > len(expected)  # the fixture has users without validation positives
+    assert cp_all.base_rate["naive"] == pytest.approx(valid.sum() / len(every), rel=EXACT)
     with pytest.raises(ValueError, match="no positives"):
         calibration_pairs(np.zeros_like(pos), train)
     with pytest.raises(ValueError, match="shape mismatch"):

@@ -179,3 +179,25 @@ def test_cli_and_errors(tmp_path):
         k.reproduce("yahoo", tmp_path)
     with pytest.raises(ValueError, match="dataset"):
         k.reproduce("movielens", tmp_path)
+
+
+def test_random_holdout_study_uses_every_user():
+    """With a random hold-out, h is the global share and protocol c's calibration set is
+    every user's non-training pairs; its implied IPS level is sum(V / w_V) / #pairs, by hand
+    from Coat's published propensities."""
+    from jaxcal.data import load_coat
+
+    study = k.load_study("coat", holdout="random", seed=0)
+    h = study.valid.sum() / (study.valid.sum() + study.train.sum())
+    np.testing.assert_allclose(study.holdout_rate, h, rtol=1e-15)
+    cal = k.calibration_set(study, "c", seed=0)
+    keep = study.train == 0
+    assert cal.labels.size == keep.sum()
+    omega = load_coat().propensities
+    w_v = h * omega / (1 - (1 - h) * omega)
+    by_hand = np.sum(study.valid[keep] / w_v[keep]) / keep.sum()
+    assert cal.base_rate["ips"] == pytest.approx(by_hand, rel=1e-10)
+    with pytest.raises(ValueError, match="holdout"):
+        k.load_study("coat", holdout="first")
+    with pytest.raises(ValueError, match="absolute"):
+        k.load_study("coat", absolute="oracle")
