@@ -201,3 +201,37 @@ def test_random_holdout_study_uses_every_user():
         k.load_study("coat", holdout="first")
     with pytest.raises(ValueError, match="absolute"):
         k.load_study("coat", absolute="oracle")
+
+
+def test_yahoo_study_on_small_files(tmp_path):
+    """The Yahoo!R3 branch on small files in the Webscope format: the split follows the
+    authors' rule and protocol c's propensity of a validation positive is the Naive Bayes
+    P(O=1 | rating) (Laplace alpha = 1, counted by hand) times the hold-out factor."""
+    from jaxcal.data.yahoo import YAHOO_TEST_FILE, YAHOO_TRAIN_FILE
+
+    rng = np.random.default_rng(4)
+    n_users, n_items = 200, 100
+    train = np.where(
+        rng.random((n_users, n_items)) < 0.2, rng.integers(1, 6, (n_users, n_items)), 0
+    )
+    test = np.where(rng.random((n_users, n_items)) < 0.1, rng.integers(1, 6, (n_users, n_items)), 0)
+    for name, m in ((YAHOO_TRAIN_FILE, train), (YAHOO_TEST_FILE, test)):
+        u, i = np.nonzero(m)
+        rows = "".join(f"{a + 1}\t{b + 1}\t{m[a, b]}\n" for a, b in zip(u, i, strict=True))
+        (tmp_path / name).write_text(rows)
+    study = k.load_study("yahoo", yahoo_dir=str(tmp_path))
+    assert study.train.shape == (15_400, 1_000)  # the published id space
+    pos = (train >= 4).astype(int)
+    np.testing.assert_array_equal(
+        study.train[:n_users, :n_items] + study.valid[:n_users, :n_items], pos
+    )
+    mar_ratings = test[study.test_user[study.mar], study.test_item[study.mar]]
+    obs = train[train > 0]
+    n_pairs = 15_400 * 1_000
+    u, i = map(int, np.argwhere(study.valid)[0])
+    y = train[u, i]
+    p_y_obs = ((obs == y).sum() + 1) / (obs.size + 5)
+    p_y = ((mar_ratings == y).sum() + 1) / (mar_ratings.size + 5)
+    omega = min(1.0, p_y_obs * (obs.size / n_pairs) / p_y)
+    h = study.holdout_rate[u]
+    assert study.absolute[u, i] == pytest.approx(h * omega / (1 - (1 - h) * omega), rel=1e-12)
