@@ -1,0 +1,409 @@
+r"""Field-level calibration metrics: PCOC, Cal-N, GC-N, Field-ECE and Field-RCE.
+
+A model can be calibrated on the whole data set and still be badly off on every *field
+value* (every age group, every item category), with the errors cancelling. These metrics
+measure calibration per field value. With sample weights :math:`w_i`, a field value
+:math:`z` has total weight :math:`W_z = \sum_{i: z_i = z} w_i`, predicted mass
+:math:`P_z = \sum_{i: z_i = z} w_i p_i` and observed mass :math:`Y_z = \sum_{i: z_i = z} w_i
+y_i`; :math:`W = \sum_z W_z`.
+
+Field-ECE and Field-RCE (Pan, Lee, Tian, Sun, Yang. "Field-aware Calibration: A Simple and
+Empirically Strong Method for Reliable Probabilistic Predictions", WWW 2020):
+
+.. math::
+
+    \mathrm{Field\text{-}ECE} = \frac{1}{W}\sum_z |Y_z - P_z|, \qquad
+    \mathrm{Field\text{-}RCE} = \frac{1}{W}\sum_z W_z\,\frac{|Y_z - P_z|}{Y_z + \epsilon W_z}
+
+(unweighted, :math:`Y_z + \epsilon W_z = \sum_{i: z_i = z}(y_i + \epsilon)` as in the paper:
+Field-RCE is the field-weighted *relative* error, each field value's error divided by its
+positive rate plus :math:`\epsilon`).
+
+PCOC, Cal-N and GC-N (Deng et al., "Calibrating User Response Predictions in Online
+Advertising", ECML-PKDD 2020, where they are used to evaluate SIR):
+:math:`\mathrm{PCOC} = \sum_i w_i p_i / \sum_i w_i y_i` (predicted over observed clicks; 1 is
+calibrated in aggregate). Cal-N splits the data into :math:`N` bins by the predicted
+probability and takes the root mean square of the per-bin PCOC errors
+
+.. math::
+
+    \mathrm{Cal\text{-}N} = \sqrt{\tfrac{1}{N'}\textstyle\sum_b e_b^2},\qquad
+    e_b = \max(\mathrm{PCOC}_b, 1/\mathrm{PCOC}_b) - 1
+        = \begin{cases}\mathrm{PCOC}_b - 1 & \mathrm{PCOC}_b \ge 1\\
+                       1/\mathrm{PCOC}_b - 1 & \mathrm{PCOC}_b < 1\end{cases}
+
+over the :math:`N'` non-empty bins, and GC-N averages Cal-N over groups (field values):
+:math:`\mathrm{GC\text{-}N} = \sum_j v_j \mathrm{Cal\text{-}N}_j / \sum_j v_j` with group
+weights :math:`v_j` (default the group's total sample weight). A bin holding predictions but
+no positives (or positives but zero predictions) has an undefined PCOC and an infinite error,
+so Cal-N is ``inf`` there: choose ``n_bins`` so that every bin holds positives.
+
+Every metric is a function of additive per-segment sums (:func:`segment_stats`), computed with
+``jax.ops.segment_sum``; they run data-parallel inside ``shard_map`` (``axis_name=``) or under
+``jit`` over ``NamedSharding``-sharded inputs, exactly as :mod:`jaxcal.metrics.calibration`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._validation import check_groups, check_labels, check_probs, check_sample_weight
+from jaxcal.metrics.calibration import STRATEGIES, BinStats, bin_edges
+
+__all__ = [
+    "segment_stats",
+    "field_ece_from_stats",
+    "field_rce_from_stats",
+    "cal_n_from_stats",
+    "encode_fields",
+    "pcoc",
+    "cal_n",
+    "gc_n",
+    "field_ece",
+    "field_rce",
+]
+
+
+# --------------------------------------------------------------------------- pure core
+
+
+def segment_stats(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    segment_ids: ArrayLike,
+    num_segments: int,
+    sample_weight: ArrayLike | None = None,
+    *,
+    axis_name: str | None = None,
+) -> BinStats:
+    """Per-segment sums (count, weight, weighted probs, weighted labels) of (a shard of) data.
+
+    Pure and ``jit`` / ``shard_map`` friendly; no validation. Segment ids outside
+    ``[0, num_segments)`` are dropped (``segment_sum`` semantics).
+
+    Args:
+        probs: ``[n]`` predicted probabilities.
+        labels: ``[n]`` 0/1 labels.
+        segment_ids: ``[n]`` integer segment (field value / bin) ids.
+        num_segments: number of segments (static).
+        sample_weight: ``[n]`` non-negative weights, or ``None`` for ones.
+        axis_name: inside ``shard_map``, the mapped axis to ``psum`` the sums over.
+
+    Returns:
+        :class:`jaxcal.metrics.calibration.BinStats` with ``[num_segments]`` arrays.
+    """
+    p = jnp.asarray(probs)
+    y = jnp.asarray(labels, p.dtype)
+    w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
+    seg = partial(jax.ops.segment_sum, segment_ids=segment_ids, num_segments=num_segments)
+    stats = BinStats(seg(jnp.ones_like(p)), seg(w), seg(w * p), seg(w * y))
+    if axis_name is not None:
+        stats = jax.lax.psum(stats, axis_name)
+    return stats
+
+
+def field_ece_from_stats(stats: BinStats) -> jax.Array:
+    r"""Field-ECE :math:`\sum_z |Y_z - P_z| / W` from per-field-value sums."""
+    return jnp.sum(jnp.abs(stats.sum_labels - stats.sum_probs)) / jnp.sum(stats.weight)
+
+
+def field_rce_from_stats(stats: BinStats, eps: ArrayLike) -> jax.Array:
+    r"""Field-RCE :math:`\sum_z W_z |Y_z - P_z| / (Y_z + \epsilon W_z) / W`."""
+    gap = jnp.abs(stats.sum_labels - stats.sum_probs)
+    denom = stats.sum_labels + eps * stats.weight
+    safe = jnp.where(stats.weight > 0, denom, 1.0)
+    term = jnp.where(stats.weight > 0, stats.weight * gap / safe, 0.0)
+    return jnp.sum(term) / jnp.sum(stats.weight)
+
+
+def _pcoc_error(stats: BinStats) -> jax.Array:
+    """Per-segment ``max(P/Y, Y/P) - 1`` (inf where exactly one of P, Y is zero)."""
+    p, y = stats.sum_probs, stats.sum_labels
+    both_zero = (p <= 0) & (y <= 0)
+    hi = jnp.maximum(p, y)
+    lo = jnp.minimum(p, y)
+    ratio = jnp.where(lo > 0, hi / jnp.where(lo > 0, lo, 1.0), jnp.inf)
+    return jnp.where(both_zero, 0.0, ratio - 1.0)
+
+
+def cal_n_from_stats(stats: BinStats) -> jax.Array:
+    """Cal-N from per-bin sums (bins on the last axis; leading axes are groups).
+
+    Empty bins (zero weight) are skipped; the mean is over the non-empty bins. A group with
+    no non-empty bin gives NaN.
+    """
+    nonempty = stats.weight > 0
+    err = jnp.where(nonempty, _pcoc_error(stats), 0.0)
+    n_nonempty = jnp.sum(nonempty, axis=-1)
+    mean_sq = jnp.sum(err**2, axis=-1) / jnp.where(n_nonempty > 0, n_nonempty, 1)
+    return jnp.where(n_nonempty > 0, jnp.sqrt(mean_sq), jnp.nan)
+
+
+@partial(jax.jit, static_argnames="num_segments")
+def _field_stats_core(p, y, w, ids, *, num_segments):
+    # ids: [F, n] (one row per field column) -> stats with [F, num_segments] arrays
+    return jax.vmap(lambda i: segment_stats(p, y, i, num_segments, w))(ids)
+
+
+@jax.jit
+def _field_ece_core(stats):
+    return jax.vmap(field_ece_from_stats)(stats)
+
+
+@jax.jit
+def _field_rce_core(stats, eps):
+    return jax.vmap(lambda s: field_rce_from_stats(s, eps))(stats)
+
+
+@partial(jax.jit, static_argnames="num_segments")
+def _grouped_cal_n_core(p, y, w, ids, *, num_segments):
+    return segment_stats(p, y, ids, num_segments, w)
+
+
+# --------------------------------------------------------------------- eager public API
+
+
+def _check(probs, labels, sample_weight):
+    p = check_probs(probs)
+    y = check_labels(labels, p.shape[0])
+    w = check_sample_weight(sample_weight, p.shape[0])
+    return p, y, w
+
+
+def encode_fields(fields: ArrayLike, n: int, *, name: str = "fields") -> tuple[np.ndarray, int]:
+    """Re-code field values column by column to ``0..G_f - 1`` (eager, NumPy).
+
+    Args:
+        fields: ``[n]`` (one field) or ``[n, F]`` integer field values (any integers).
+        n: the expected number of rows.
+        name: the argument name used in error messages.
+
+    Returns:
+        ``(ids, num_segments)``: ``[F, n]`` int32 ids and ``max_f G_f``.
+
+    Raises:
+        ValueError: wrong shape or length, non-integer values, no columns.
+    """
+    arr = np.asarray(fields)
+    if arr.ndim not in (1, 2):
+        raise ValueError(f"{name} must be [n] or [n, F]; got shape {arr.shape}.")
+    cols = arr.reshape(arr.shape[0], -1)
+    if cols.shape[1] == 0:
+        raise ValueError(f"{name} has no columns; pass at least one field.")
+    ids = []
+    for f in range(cols.shape[1]):
+        col = check_groups(cols[:, f], n, name=name)
+        ids.append(np.unique(col, return_inverse=True)[1].reshape(-1))
+    ids = np.stack(ids).astype(np.int32)
+    return ids, int(ids.max()) + 1
+
+
+def pcoc(
+    probs: ArrayLike, labels: ArrayLike, *, sample_weight: ArrayLike | None = None
+) -> jax.Array:
+    r"""Predicted over observed clicks, :math:`\sum_i w_i p_i / \sum_i w_i y_i`.
+
+    PCOC = 1 means calibrated in aggregate; > 1 over-prediction. Deng et al. (ECML-PKDD 2020).
+
+    Args:
+        probs: ``[n]`` predicted probabilities in [0, 1].
+        labels: ``[n]`` 0/1 labels.
+        sample_weight: ``[n]`` non-negative weights (default ones).
+
+    Returns:
+        Scalar PCOC.
+
+    Raises:
+        ValueError: bad probabilities, labels or weights, or no positive label (PCOC is
+            undefined without observed clicks).
+
+    Example:
+        >>> float(pcoc([0.2, 0.4, 0.6], [0, 1, 0]))
+        1.2...
+    """
+    p, y, w = _check(probs, labels, sample_weight)
+    if np.sum(w * y) <= 0:
+        raise ValueError("pcoc is undefined without positive labels (sum of w * y is 0).")
+    return jnp.sum(jnp.asarray(w * p)) / jnp.sum(jnp.asarray(w * y))
+
+
+def _bin_ids(p: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
+    edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
+    return np.searchsorted(edges[1:-1], p, side="right").astype(np.int32)
+
+
+def _grouped_bin_ids(p: np.ndarray, g: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
+    """Bins of each group's own predictions (quantile edges per group)."""
+    if strategy == "uniform":
+        return _bin_ids(p, n_bins, strategy)
+    out = np.empty(p.shape[0], np.int32)
+    for j in np.unique(g):
+        idx = np.flatnonzero(g == j)
+        out[idx] = _bin_ids(p[idx], n_bins, strategy)
+    return out
+
+
+def cal_n(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    *,
+    n_bins: int = 10,
+    strategy: str = "quantile",
+    sample_weight: ArrayLike | None = None,
+) -> jax.Array:
+    r"""Cal-N: RMS of the per-bin PCOC errors :math:`\max(\mathrm{PCOC}_b, 1/\mathrm{PCOC}_b)-1`.
+
+    Deng et al. (ECML-PKDD 2020). Bins are those of :func:`jaxcal.metrics.ece`
+    (``"quantile"``: equal-mass bins of the predictions, the default; ``"uniform"``: equal
+    width); empty bins are skipped.
+
+    Args:
+        probs, labels, sample_weight: as in :func:`pcoc`.
+        n_bins: the N of Cal-N (default 10).
+        strategy: ``"quantile"`` or ``"uniform"`` bins.
+
+    Returns:
+        Scalar Cal-N (0 is perfect; ``inf`` if a bin has predictions but no positives).
+
+    Raises:
+        ValueError: bad probabilities, labels, weights, ``n_bins`` or ``strategy``.
+
+    Example:
+        >>> float(cal_n([0.2, 0.8], [0, 1], n_bins=1))  # PCOC = 1.0
+        0.0
+    """
+    p, y, w = _check(probs, labels, sample_weight)
+    ids = _bin_ids(p, n_bins, strategy)
+    stats = _grouped_cal_n_core(p, y, w, ids, num_segments=int(n_bins))
+    return cal_n_from_stats(stats)
+
+
+def gc_n(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    groups: ArrayLike,
+    *,
+    n_bins: int = 10,
+    strategy: str = "quantile",
+    sample_weight: ArrayLike | None = None,
+    group_weight: str = "weight",
+) -> jax.Array:
+    r"""Grouped Cal-N: :math:`\sum_j v_j \mathrm{Cal\text{-}N}_j / \sum_j v_j` over groups.
+
+    Each group's Cal-N uses its own bins (equal-mass bins of the group's predictions for
+    ``strategy="quantile"``). Deng et al. (ECML-PKDD 2020).
+
+    Args:
+        probs, labels, sample_weight: as in :func:`pcoc`.
+        groups: ``[n]`` integer group (field value) ids.
+        n_bins, strategy: as in :func:`cal_n`.
+        group_weight: ``"weight"`` (total sample weight of the group, default), ``"count"``
+            (number of samples) or ``"uniform"`` (every group counts the same).
+
+    Returns:
+        Scalar GC-N.
+
+    Raises:
+        ValueError: bad inputs, ``groups`` of the wrong length or not integers, unknown
+            ``group_weight``.
+    """
+    p, y, w = _check(probs, labels, sample_weight)
+    if group_weight not in ("weight", "count", "uniform"):
+        raise ValueError(
+            f'group_weight must be "weight", "count" or "uniform"; got {group_weight!r}.'
+        )
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}.")
+    g = np.unique(check_groups(groups, p.shape[0], name="groups"), return_inverse=True)[1]
+    g = g.reshape(-1)
+    n_groups = int(g.max()) + 1
+    bins = _grouped_bin_ids(p, g, n_bins, strategy)
+    ids = (g * int(n_bins) + bins).astype(np.int32)
+    stats = _grouped_cal_n_core(p, y, w, ids, num_segments=n_groups * int(n_bins))
+    stats = BinStats(*(a.reshape(n_groups, int(n_bins)) for a in stats))
+    per_group = cal_n_from_stats(stats)
+    v = {
+        "weight": stats.weight.sum(-1),
+        "count": stats.count.sum(-1),
+        "uniform": jnp.ones(n_groups, per_group.dtype),
+    }[group_weight]
+    return jnp.sum(v * per_group) / jnp.sum(v)
+
+
+def _field_stats(probs, labels, fields, sample_weight):
+    p, y, w = _check(probs, labels, sample_weight)
+    ids, num_segments = encode_fields(fields, p.shape[0])
+    stats = _field_stats_core(p, y, w, ids, num_segments=num_segments)
+    return stats, np.asarray(fields).ndim == 1
+
+
+def field_ece(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    fields: ArrayLike,
+    *,
+    sample_weight: ArrayLike | None = None,
+) -> jax.Array:
+    r"""Field-level ECE :math:`\frac{1}{W}\sum_z |Y_z - P_z|` (Pan et al., WWW 2020).
+
+    Args:
+        probs: ``[n]`` predicted probabilities in [0, 1].
+        labels: ``[n]`` 0/1 labels.
+        fields: ``[n]`` integer field values (one field), or ``[n, F]`` (one metric per
+            column).
+        sample_weight: ``[n]`` non-negative weights (default ones).
+
+    Returns:
+        Scalar Field-ECE for ``[n]`` fields, ``[F]`` values for ``[n, F]``.
+
+    Raises:
+        ValueError: bad probabilities / labels / weights, ``fields`` of the wrong shape or
+            length or not integers.
+
+    Example:
+        >>> float(field_ece([0.5, 0.5, 0.5, 0.5], [1, 1, 0, 0], [0, 0, 1, 1]))
+        0.5
+    """
+    stats, one = _field_stats(probs, labels, fields, sample_weight)
+    out = _field_ece_core(stats)
+    return out[0] if one else out
+
+
+def field_rce(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    fields: ArrayLike,
+    *,
+    eps: float = 1e-6,
+    sample_weight: ArrayLike | None = None,
+) -> jax.Array:
+    r"""Field-level relative calibration error (Pan et al., WWW 2020).
+
+    .. math:: \mathrm{Field\text{-}RCE} = \frac{1}{W}\sum_z W_z\,\frac{|Y_z - P_z|}{Y_z +
+        \epsilon W_z}
+
+    Args:
+        probs, labels, fields, sample_weight: as in :func:`field_ece`.
+        eps: the :math:`\epsilon > 0` added to every label (default ``1e-6``); a field value
+            without positives contributes :math:`|P_z| / \epsilon`-sized error.
+
+    Returns:
+        Scalar Field-RCE for ``[n]`` fields, ``[F]`` values for ``[n, F]``.
+
+    Raises:
+        ValueError: as in :func:`field_ece`, or ``eps <= 0``.
+
+    Example:
+        >>> round(float(field_rce([0.25, 0.25], [1, 0], [0, 0])), 4)  # |1 - 0.5| / 1
+        0.5
+    """
+    if not (isinstance(eps, (int, float)) and np.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive finite number; got {eps!r}.")
+    stats, one = _field_stats(probs, labels, fields, sample_weight)
+    out = _field_rce_core(stats, eps)
+    return out[0] if one else out
