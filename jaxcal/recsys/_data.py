@@ -30,10 +30,21 @@ __all__ = ["InteractionData", "Sizes", "SamplerTables", "as_interactions", "samp
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    """Static problem sizes carried inside ``aux`` pytrees (part of the jit cache key)."""
+    r"""Static problem sizes carried inside ``aux`` pytrees (part of the jit cache key).
+
+    ``max_degree`` (the largest number of positives of one user; 0 = unknown) bounds the
+    binary searches of the sampler: :math:`\lceil\log_2(\text{max\_degree} + 1)\rceil + 1`
+    steps instead of :math:`\lceil\log_2(n_\text{items} + 1)\rceil + 1`.
+    """
 
     n_users: int
     n_items: int
+    max_degree: int = 0
+
+    @property
+    def search_bound(self) -> int:
+        """Upper bound on a user's segment length, for the sampler's binary searches."""
+        return self.max_degree if self.max_degree > 0 else self.n_items
 
 
 class InteractionData(NamedTuple):
@@ -228,12 +239,16 @@ def sampler_tables(data: InteractionData, *, need_negatives: bool = True) -> Sam
     )
 
 
-def _n_search_steps(n_items: int) -> int:
-    return max(1, int(np.ceil(np.log2(n_items + 1))) + 1)
+def search_steps(bound: int) -> int:
+    """Binary-search iterations that settle any interval of length <= ``bound``."""
+    return max(1, int(np.ceil(np.log2(bound + 1))) + 1)
 
 
-def nth_non_positive(tables: SamplerTables, users: jax.Array, r: jax.Array, n_items: int):
-    """The ``r``-th (0-based) item that ``users`` have not interacted with (vectorised)."""
+def nth_non_positive(tables: SamplerTables, users: jax.Array, r: jax.Array, bound: int):
+    """The ``r``-th (0-based) item that ``users`` have not interacted with (vectorised).
+
+    ``bound`` (static) is any upper bound on the users' numbers of positives (``n_items``
+    always works; ``Sizes.search_bound`` is tighter and faster)."""
     start = tables.indptr[users]
     lo, hi = start, tables.indptr[users + 1]
 
@@ -245,7 +260,7 @@ def nth_non_positive(tables: SamplerTables, users: jax.Array, r: jax.Array, n_it
         le = tables.shifted[jnp.minimum(mid, tables.shifted.size - 1)] <= r
         return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
 
-    lo, _ = jax.lax.fori_loop(0, _n_search_steps(n_items), body, (lo, hi))
+    lo, _ = jax.lax.fori_loop(0, search_steps(bound), body, (lo, hi), unroll=True)
     return (r + (lo - start)).astype(jnp.int32)
 
 
@@ -256,8 +271,12 @@ def sample_triples(
     n_items: int,
     batch_size: int,
     negatives: str = "non_positive",
+    max_degree: int = 0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Draw ``batch_size`` LearnBPR triples ``(u, i, j)`` on device (see the module doc)."""
+    """Draw ``batch_size`` LearnBPR triples ``(u, i, j)`` on device (see the module doc).
+
+    ``max_degree`` (static; 0 = unknown) bounds the users' numbers of positives and so the
+    length of the binary search."""
     k_pair, k_neg = jax.random.split(key)
     idx = jax.random.randint(k_pair, (batch_size,), 0, tables.users.size)
     u, i = tables.users[idx], tables.items[idx]
@@ -266,7 +285,7 @@ def sample_triples(
     elif negatives == "non_positive":
         n_neg = n_items - (tables.indptr[u + 1] - tables.indptr[u])
         r = jax.random.randint(k_neg, (batch_size,), 0, n_neg, dtype=jnp.int32)
-        j = nth_non_positive(tables, u, r, n_items)
+        j = nth_non_positive(tables, u, r, max_degree if max_degree > 0 else n_items)
     else:
         raise ValueError(f"negatives must be 'non_positive' or 'all'; got {negatives!r}.")
     return u, i, j

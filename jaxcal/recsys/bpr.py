@@ -93,10 +93,12 @@ class BPRMF(GradientRanker):
     init_scale: float = 0.1
 
     NEGATIVES = "non_positive"
+    SPARSE_SGD = True  # optimizer="sgd" updates only the sampled rows (LearnBPR's update)
 
     def _prepare(self, data: InteractionData) -> dict:
         tables = sampler_tables(data, need_negatives=self.NEGATIVES == "non_positive")
-        return {"tables": tables, "sizes": Sizes(data.n_users, data.n_items)}
+        max_degree = int(data.degrees[0].max())
+        return {"tables": tables, "sizes": Sizes(data.n_users, data.n_items, max_degree)}
 
     def _init(self, key, aux, hp, max_dim):
         k_u, k_i = jax.random.split(key)
@@ -113,12 +115,26 @@ class BPRMF(GradientRanker):
             n_items=aux["sizes"].n_items,
             batch_size=self.batch_size,
             negatives=self.NEGATIVES,
+            max_degree=aux["sizes"].max_degree,
         )
 
-    def _loss(self, params, batch, aux, hp):
+    def _gather(self, params, batch):
         u, i, j = batch
-        w, h = params["user"], params["item"]
-        return bpr_loss(w[u], h[i], h[j], hp["l2"])
+        return {"user": params["user"][u], "pos": params["item"][i], "neg": params["item"][j]}
+
+    def _scatter_add(self, params, batch, rows):
+        u, i, j = batch
+        items = jnp.concatenate([i, j])
+        return {
+            "user": params["user"].at[u].add(rows["user"]),
+            "item": params["item"].at[items].add(jnp.concatenate([rows["pos"], rows["neg"]])),
+        }
+
+    def _row_loss(self, rows, batch, aux, hp):
+        return bpr_loss(rows["user"], rows["pos"], rows["neg"], hp["l2"])
+
+    def _loss(self, params, batch, aux, hp):
+        return self._row_loss(self._gather(params, batch), batch, aux, hp)
 
     def _finish(self, params, aux, hp, losses):
         return FactorModel(params["user"], params["item"], losses, trainer=type(self).__name__)

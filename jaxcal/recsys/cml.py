@@ -68,10 +68,8 @@ class CML(BPRMF):
         self._validate_common()
         _check_positive(self.margin, "margin")
 
-    def _loss(self, params, batch, aux, hp):
-        u, i, j = batch
-        w, h = params["user"], params["item"]
-        return cml_loss(w[u], h[i], h[j], hp["margin"], hp["l2"])
+    def _row_loss(self, rows, batch, aux, hp):
+        return cml_loss(rows["user"], rows["pos"], rows["neg"], hp["margin"], hp["l2"])
 
     def _project(self, params, hp):
         return {"user": clip_norms(params["user"]), "item": clip_norms(params["item"])}

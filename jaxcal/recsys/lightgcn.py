@@ -86,6 +86,8 @@ class LightGCN(BPRMF):
 
     n_layers: int = 2
 
+    SPARSE_SGD = False  # the loss reads every row (propagation)
+
     def _validate(self) -> None:
         self._validate_common()
         _check_int(self.n_layers, "n_layers", minimum=0)

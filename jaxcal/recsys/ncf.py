@@ -100,6 +100,7 @@ class NCF(BPRMF):
     init_scale: float = 0.01
 
     SWEEP_DIM = False
+    SPARSE_SGD = False  # the loss also reads the MLP weights
 
     def _validate(self) -> None:
         self._validate_common()
@@ -132,12 +133,15 @@ class NCF(BPRMF):
 
     def _batch(self, key, aux):
         k_pos, k_neg = jax.random.split(key)
-        tables, n_items = aux["tables"], aux["sizes"].n_items
-        u, i, _ = sample_triples(k_pos, tables, n_items=n_items, batch_size=self.batch_size)
+        tables, sizes = aux["tables"], aux["sizes"]
+        n_items = sizes.n_items
+        u, i, _ = sample_triples(
+            k_pos, tables, n_items=n_items, batch_size=self.batch_size, max_degree=sizes.max_degree
+        )
         uu = jnp.repeat(u, self.n_negatives)
         n_free = n_items - (tables.indptr[uu + 1] - tables.indptr[uu])
         r = jax.random.randint(k_neg, uu.shape, 0, n_free, dtype=jnp.int32)
-        return u, i, uu, nth_non_positive(tables, uu, r, n_items)
+        return u, i, uu, nth_non_positive(tables, uu, r, sizes.search_bound)
 
     def _loss(self, params, batch, aux, hp):
         u, i, uu, j = batch

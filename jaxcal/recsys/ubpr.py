@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.recsys._data import InteractionData
+from jaxcal.recsys._data import InteractionData, search_steps
 from jaxcal.recsys.bpr import BPRMF, bpr_loss
 
 __all__ = ["UBPR", "popularity_propensity", "is_positive"]
@@ -60,10 +60,11 @@ def popularity_propensity(
     return np.maximum((counts / counts.max()) ** power, clip)
 
 
-def is_positive(tables, users: jax.Array, items: jax.Array, n_items: int) -> jax.Array:
-    """Whether each ``(users, items)`` pair is a training positive (binary search, on device)."""
+def is_positive(tables, users: jax.Array, items: jax.Array, bound: int) -> jax.Array:
+    """Whether each ``(users, items)`` pair is a training positive (binary search, on device;
+    ``bound`` (static) is an upper bound on the users' numbers of positives, e.g. n_items)."""
     start, end = tables.indptr[users], tables.indptr[users + 1]
-    n_steps = max(1, int(np.ceil(np.log2(n_items + 1))) + 1)
+    n_steps = search_steps(bound)
 
     def body(_, bounds):
         lo, hi = bounds
@@ -72,7 +73,7 @@ def is_positive(tables, users: jax.Array, items: jax.Array, n_items: int) -> jax
         le = tables.items[jnp.minimum(mid, tables.items.size - 1)] <= items
         return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
 
-    lo, _ = jax.lax.fori_loop(0, n_steps, body, (start, end))
+    lo, _ = jax.lax.fori_loop(0, n_steps, body, (start, end), unroll=True)
     last = jnp.maximum(lo - 1, 0)
     return (lo > start) & (tables.items[last] == items)
 
@@ -120,12 +121,11 @@ class UBPR(BPRMF):
         aux["propensity"] = jnp.asarray(omega)
         return aux
 
-    def _loss(self, params, batch, aux, hp):
+    def _row_loss(self, rows, batch, aux, hp):
         u, i, j = batch
         omega = aux["propensity"]
         om_i = omega[i] if omega.ndim == 1 else omega[u, i]
         om_j = omega[j] if omega.ndim == 1 else omega[u, j]
-        y_j = is_positive(aux["tables"], u, j, aux["sizes"].n_items).astype(om_j.dtype)
+        y_j = is_positive(aux["tables"], u, j, aux["sizes"].search_bound).astype(om_j.dtype)
         weights = (1.0 / om_i) * (1.0 - y_j / om_j)
-        w, h = params["user"], params["item"]
-        return bpr_loss(w[u], h[i], h[j], hp["l2"], weights)
+        return bpr_loss(rows["user"], rows["pos"], rows["neg"], hp["l2"], weights)

@@ -234,3 +234,20 @@ def test_bad_score_ids_raise():
         model.score(np.array([0, 1]), np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="must lie"):
         Popularity().fit(np.eye(3, 4)).score(np.array([3]), np.array([0]))
+
+
+@pytest.mark.parametrize(
+    "model_cls",
+    [BPRMF, pytest.param(UBPR, marks=pytest.mark.slow), pytest.param(CML, marks=pytest.mark.slow)],
+)
+def test_sparse_sgd_path_equals_dense_optax_sgd(model_cls):
+    # oracle: the generic loop (autodiff of the full loss -> dense gradient -> optax.sgd)
+    dense_cls = type(f"Dense{model_cls.__name__}", (model_cls,), {"SPARSE_SGD": False})
+    train = np.random.default_rng(3).uniform(size=(9, 12)) < 0.3
+    train[:, 0] = True
+    kw = dict(dim=3, optimizer="sgd", lr=0.5, l2=0.01, n_steps=30, batch_size=32)
+    sparse = model_cls(**kw).fit(train, key=jax.random.key(0))
+    dense = dense_cls(**kw).fit(train, key=jax.random.key(0))
+    np.testing.assert_allclose(sparse.user_factors, dense.user_factors, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sparse.item_factors, dense.item_factors, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sparse.train_loss, dense.train_loss, rtol=1e-12, atol=0)

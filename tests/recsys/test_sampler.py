@@ -9,6 +9,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy.stats import chisquare
 
 from jaxcal.recsys._data import as_interactions, nth_non_positive, sample_triples, sampler_tables
@@ -29,8 +30,10 @@ def _train():
     return train
 
 
-def test_nth_non_positive_enumerates_the_complement():
+@pytest.mark.parametrize("tight", [False, True])
+def test_nth_non_positive_enumerates_the_complement(tight):
     train = _train()
+    bound = int(train.sum(1).max()) if tight else train.shape[1]
     data = as_interactions(train)
     tables = sampler_tables(data)
     users, ranks, expected = [], [], []
@@ -39,7 +42,7 @@ def test_nth_non_positive_enumerates_the_complement():
         users += [u] * free.size
         ranks += list(range(free.size))
         expected += list(free)
-    got = jax.jit(partial(nth_non_positive, n_items=train.shape[1]))(
+    got = jax.jit(partial(nth_non_positive, bound=bound))(
         tables, jnp.asarray(users, jnp.int32), jnp.asarray(ranks, jnp.int32)
     )
     np.testing.assert_array_equal(got, expected)
