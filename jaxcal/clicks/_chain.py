@@ -48,7 +48,9 @@ def forward(alpha, kappa, nu, clicks) -> tuple[jax.Array, jax.Array]:
         return nxt, (a * eps, eps)
 
     xs = tuple(jnp.swapaxes(x, 0, 1) for x in jnp.broadcast_arrays(alpha, kappa, nu, clicks))
-    _, (p, eps) = jax.lax.scan(step, jnp.ones(alpha.shape[0], alpha.dtype), xs)
+    # carries derived from the data (not fresh constants) so that they are device-varying
+    # under shard_map like the inputs
+    _, (p, eps) = jax.lax.scan(step, jnp.ones_like(xs[0][0]), xs)
     return jnp.swapaxes(p, 0, 1), jnp.swapaxes(eps, 0, 1)
 
 
@@ -61,7 +63,7 @@ def backward(alpha, nu) -> jax.Array:
         return x, x
 
     xs = tuple(jnp.swapaxes(x, 0, 1) for x in jnp.broadcast_arrays(alpha, nu))
-    _, x = jax.lax.scan(step, jnp.zeros(alpha.shape[0], alpha.dtype), xs, reverse=True)
+    _, x = jax.lax.scan(step, jnp.zeros_like(xs[0][0]), xs, reverse=True)
     x = jnp.swapaxes(x, 0, 1)
     return jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
 
@@ -74,7 +76,7 @@ def marginal(alpha, kappa, nu) -> jax.Array:
         return e * (a * k + (1.0 - a) * v), a * e
 
     xs = tuple(jnp.swapaxes(x, 0, 1) for x in jnp.broadcast_arrays(alpha, kappa, nu))
-    _, p = jax.lax.scan(step, jnp.ones(alpha.shape[0], alpha.dtype), xs)
+    _, p = jax.lax.scan(step, jnp.ones_like(xs[0][0]), xs)
     return jnp.swapaxes(p, 0, 1)
 
 

@@ -1,0 +1,161 @@
+"""Readers: Yandex (files written here, expected arrays worked out by hand from the format),
+TianGong-ST demo (against a plain-Python parse of the same file), npz, chunked streaming,
+malformed input."""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+
+from jaxcal.clicks import (
+    Sessions,
+    iter_tiangong,
+    iter_yandex,
+    read_npz,
+    read_tiangong,
+    read_yandex,
+)
+
+# Two search sessions. Session 7: SERP A (query 5, URLs 11 12 13), clicks on 12 twice and on
+# 99 (not shown: dropped), then SERP B (query 6, URLs 13 14) and a click on 13, which belongs
+# to the latest SERP showing it (B). Session 8: one SERP without clicks, 2 results.
+YANDEX = """\
+7\t0\tQ\t5\t1\t11\t12\t13
+7\t3\tC\t12
+7\t4\tC\t12
+7\t5\tC\t99
+7\t9\tQ\t6\t1\t13\t14
+7\t12\tC\t13
+8\t0\tQ\t5\t2\t12\t11
+"""
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_read_yandex_by_hand(tmp_path):
+    log = read_yandex(_write(tmp_path, "y.txt", YANDEX))
+    np.testing.assert_array_equal(log.query, [5, 6, 5])
+    np.testing.assert_array_equal(log.mask, [[1, 1, 1], [1, 1, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(log.doc[log.mask], [11, 12, 13, 13, 14, 12, 11])
+    # repeated click on 12 counted once; click on 13 goes to SERP B; 99 dropped
+    np.testing.assert_array_equal(log.clicks, [[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(log.weight, [1, 1, 1])
+
+
+def test_iter_yandex_chunks_keep_sessions_whole(tmp_path):
+    path = _write(tmp_path, "y.txt", YANDEX)
+    chunks = list(iter_yandex(path, chunk_sessions=1))
+    assert [c.n_sessions for c in chunks] == [2, 1]  # session 7's two SERPs stay together
+    whole = read_yandex(path)
+    joined = Sessions.concatenate(chunks)
+    for f in ("query", "doc", "clicks", "mask"):
+        np.testing.assert_array_equal(getattr(joined, f), getattr(whole, f))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("7\t0\tQ\n", "at least 4 fields"),
+        ("7\t0\tX\t5\t1\t11\n", "Q or C"),
+        ("7\t0\tQ\tabc\t1\t11\n", "QueryID"),
+        ("7\t0\tQ\t5\n", "QueryID, RegionID and URLs"),
+        ("7\t0\tQ\t5\t1\t11\n7\t1\tC\t11\t3\n", "4 fields"),
+        ("7\t0\tC\t11\n", "no query"),
+        ("", "no query"),
+    ],
+)
+def test_malformed_yandex_raises(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        read_yandex(_write(tmp_path, "bad.txt", text))
+
+
+def test_missing_file_raises(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        read_yandex(tmp_path / "absent.txt")
+    with pytest.raises(ValueError, match="no such file"):
+        read_tiangong(tmp_path / "absent.txt")
+    with pytest.raises(ValueError, match="chunk_sessions"):
+        next(iter_tiangong(tmp_path / "absent.txt", chunk_sessions=0))
+
+
+def _plain_parse(path):
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                f = line.rstrip("\n").split("\t")
+                rows.append((int(f[1]), ast.literal_eval(f[2]), ast.literal_eval(f[4])))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "fname", ["train_per_query_quid.txt", "human_label_for_NCM_per_query_quid.txt"]
+)
+def test_read_tiangong_demo(data_dir, fname):
+    path = data_dir / "tiangong-st-demo" / fname
+    rows = _plain_parse(path)
+    log = read_tiangong(path)
+    assert log.n_sessions == len(rows)
+    np.testing.assert_array_equal(log.query, [q for q, _, _ in rows])
+    for s in (0, len(rows) // 2, len(rows) - 1):
+        k = len(rows[s][1])
+        np.testing.assert_array_equal(log.doc[s, :k], rows[s][1])
+        np.testing.assert_array_equal(log.clicks[s, :k], rows[s][2])
+    assert int(log.clicks.sum()) == sum(sum(c) for _, _, c in rows)
+    if fname.startswith("train"):
+        assert log.n_sessions == 2872  # data/README.md
+        # streaming in chunks gives the same log
+        joined = Sessions.concatenate(list(iter_tiangong(path, chunk_sessions=1000)))
+        np.testing.assert_array_equal(joined.doc, log.doc)
+        np.testing.assert_array_equal(joined.clicks, log.clicks)
+
+
+def test_tiangong_short_serps_are_masked(tmp_path):
+    text = (
+        "1\t4\t[10, 11, 12]\t[1, 1, 1]\t[0, 1, 0]\n"
+        "2\t5\t[13]\t[1]\t[1]\n"
+        "3\t4\t[10, 11]\t[1, 1]\t[0, 0]\n"
+    )
+    log = read_tiangong(_write(tmp_path, "t.txt", text))
+    np.testing.assert_array_equal(log.mask, [[1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(log.clicks, [[0, 1, 0], [1, 0, 0], [0, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("1\t4\t[10, 11]\t[1, 1]\n", "5 or 6"),
+        ("1\t4\t[10, 11]\t[1, 1]\t[0]\n", "2 documents but 1 clicks"),
+        ("1\t4\t[10, 11]\t[1, 1]\t[0, 2]\n", "0/1"),
+        ("1\t4\t[10, 11\t[1, 1]\t[0, 0]\n", "list"),
+        ("1\t4\t[]\t[]\t[]\n", "empty SERP"),
+        ("1\tq\t[10]\t[1]\t[0]\n", "query id"),
+        ("1\t4\t[-3]\t[1]\t[0]\n", "non-negative"),
+        ("\n", "no SERPs"),
+    ],
+)
+def test_malformed_tiangong_raises(tmp_path, line, message):
+    with pytest.raises(ValueError, match=message):
+        read_tiangong(_write(tmp_path, "bad.txt", line))
+
+
+def test_npz_round_trip_and_errors(tmp_path):
+    log = Sessions.from_arrays(
+        [3, 4], [[1, 2, 3], [4, 5, 0]], [[0, 1, 0], [1, 0, 0]], [[1, 1, 1], [1, 1, 0]], [2.0, 1.0]
+    )
+    log.to_npz(tmp_path / "log.npz")
+    back = read_npz(tmp_path / "log.npz")
+    for f in ("query", "doc", "clicks", "mask", "weight"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(log, f))
+    np.savez(tmp_path / "bad.npz", query=np.zeros(2), doc=np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="lacks arrays"):
+        read_npz(tmp_path / "bad.npz")
+    np.savez(tmp_path / "bad2.npz", query=[0], doc=[[1, 2]], clicks=[[3, 0]])
+    with pytest.raises(ValueError, match="0/1"):
+        read_npz(tmp_path / "bad2.npz")
