@@ -57,6 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+# jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
+import jaxcal.debias.losses  # noqa: F401
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_batch_inputs, check_groups, check_propensity

@@ -134,6 +134,7 @@ class _Problem(NamedTuple):
     t: jax.Array
     w: jax.Array
     C: jax.Array  # [k, p] constraints in eta coordinates
+    C0: jax.Array  # [k, p] constraints in theta coordinates
     Q: jax.Array  # [p, p] l2 * A^T D A
     A: jax.Array  # [p, p]
     eta0: jax.Array  # [p] starting point (intercept at logit of the mean target)
@@ -173,7 +174,7 @@ def _standardise(X, t, w, C, l2, intercept):
     if intercept is not None:
         tbar = jnp.clip(jnp.sum(w * t) / W, 1e-6, 1 - 1e-6)
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
-    return _Problem(Xs, t, w, C @ A, Q, A, eta0)
+    return _Problem(Xs, t, w, C @ A, C, Q, A, eta0)
 
 
 def _null_space(C_S, p):
@@ -318,17 +319,26 @@ def _finish(prob: _Problem, cands: list[_Candidate], subsets) -> tuple[jax.Array
     best = jnp.argmin(jnp.stack(objs))
     pick = lambda xs: jnp.stack(xs)[best]  # noqa: E731
     eta = pick(etas)
-    theta = prob.A @ eta
+    active = pick(actives)
+    theta = _project_active(prob.A @ eta, prob.C0, active)
     status = SolverStatus(
         converged=pick([c.code for c in cands]) == CONVERGED,
         code=pick([c.code for c in cands]),
         n_iter=pick([c.n_iter for c in cands]),
         objective=pick([c.objective for c in cands]),
-        active=pick(actives),
+        active=active,
         multipliers=pick(mus),
         kkt_residual=pick(kkts),
     )
     return theta, status
+
+
+def _project_active(theta, C, active):
+    """Remove the rounding residue of ``C_S theta = 0`` (e.g. ``b = -1e-16`` in beta
+    calibration): orthogonal projection of ``theta`` onto the active rows' null space."""
+    Ca = C * active[:, None]
+    G = Ca @ Ca.T + jnp.diag(jnp.where(active, 0.0, 1.0))
+    return theta - Ca.T @ jnp.linalg.solve(G, Ca @ theta)
 
 
 def _feasible_converged(prob: _Problem, c: _Candidate):

@@ -1,0 +1,94 @@
+r"""Exponential calibration: Platt's form on shifted scores, :math:`\sigma(a s' + b)`,
+:math:`s' = s - s_{\min}`, with :math:`a \ge 0`.
+
+The exact posterior of exponential class-conditional score densities
+(``jaxcal.scoremodels.ExponentialScoreModel``; Kweon et al. 2022):
+:math:`a = \lambda_0 - \lambda_1`, :math:`b = \log\frac{\pi_1\lambda_1}{\pi_0\lambda_0}`.
+
+* ``method="discriminative"`` (default): constrained weighted logistic regression on
+  :math:`s'` (the same map as ``PlattScaling``, with the intercept referred to
+  :math:`s_{\min}`).
+* ``method="generative"``: weighted exponential MLE per class on :math:`s' \ge 0`.
+
+Scores below the training minimum give :math:`s' < 0`, where the linear logit is simply
+extrapolated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.calibrators._linear import (
+    LinearCalibratorEstimator,
+    LinearLogitCalibrator,
+    LinearLogitFamily,
+    ScoreRange,
+    coefficient,
+    family_dataclass,
+)
+
+__all__ = ["ExponentialCalibration", "FittedExponential", "ExponentialFamily"]
+
+
+@family_dataclass
+class ExponentialFamily(LinearLogitFamily):
+    r""":math:`z = a (s - s_{\min}) + b`; :math:`\phi = [s', 1]`; constraint :math:`a \ge 0`."""
+
+    param_names: ClassVar[tuple[str, ...]] = ("a", "b")
+    intercept_index: ClassVar[int | None] = 1
+
+    def transform(self, scores: ArrayLike, ctx: ScoreRange) -> jax.Array:
+        """:math:`s' = s - s_{\\min}`."""
+        return jnp.asarray(scores) - ctx.lo
+
+    def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
+        s = self.transform(scores, ctx)
+        return jnp.stack([s, jnp.ones_like(s)], axis=-1)
+
+    def monotone_rows(self, lo: ArrayLike, hi: ArrayLike, ctx: ScoreRange) -> jax.Array:
+        return jnp.array([[1.0, 0.0]], dtype=jnp.result_type(ctx.lo, float))
+
+    def generative(self, scores, targets, weights, ctx):
+        from jaxcal.scoremodels.exponential import ExponentialScoreModel
+
+        model = ExponentialScoreModel()
+        s = self.transform(scores, ctx)
+        params = model.fit_weighted(s, weights * targets, weights * (1.0 - targets))
+        return model.calibration_map(params), jnp.int32(0), jnp.asarray(True)
+
+
+@pytree_dataclass
+class FittedExponential(LinearLogitCalibrator):
+    """Fitted exponential calibration: ``predict(s) = sigmoid(a (s - s_min) + b)``."""
+
+    a = coefficient(0, "Slope a on s' = s - s_min.")
+    b = coefficient(1, "Intercept b (logit at s_min).")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExponentialCalibration(LinearCalibratorEstimator):
+    """Exponential calibration estimator (hyperparameters keyword-only).
+
+    Args:
+        l2: L2 penalty :math:`\\tfrac{l_2}{2} a^2`.
+        method: ``"discriminative"`` (default) or ``"generative"``.
+        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+    """
+
+    l2: float = 0.0
+    method: str = "discriminative"
+    max_iter: int = 100
+    tol: float | None = None
+
+    fitted_class: ClassVar[type] = FittedExponential
+    methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")
+
+    @property
+    def family(self) -> ExponentialFamily:
+        return ExponentialFamily()

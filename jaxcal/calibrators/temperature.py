@@ -1,0 +1,90 @@
+r"""Temperature scaling for binary logits: :math:`P(y=1 \mid s) = \sigma(s / T)`.
+
+Guo, Pleiss, Sun & Weinberger (ICML 2017), "On Calibration of Modern Neural Networks", in
+its binary form: the score :math:`s` is a logit, the map has no intercept, and
+:math:`\beta = 1/T \ge 0` (the constraint keeps the map monotone; :math:`\beta = 0`, i.e.
+:math:`T = \infty`, is the constant 1/2). Fitted exactly (one-dimensional Newton) on the
+weighted logistic loss; ``l2`` penalises :math:`\beta^2`.
+
+Example:
+    >>> import jaxcal, numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> logits = rng.normal(0.0, 3.0, 1000)
+    >>> labels = (rng.uniform(size=1000) < 1 / (1 + np.exp(-logits / 2))).astype(int)
+    >>> cal = jaxcal.TemperatureScaling().fit(logits, labels)
+    >>> round(float(cal.temperature), 1)  # close to 2
+    2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.calibrators._linear import (
+    LinearCalibratorEstimator,
+    LinearLogitCalibrator,
+    LinearLogitFamily,
+    ScoreRange,
+    coefficient,
+    family_dataclass,
+)
+
+__all__ = ["TemperatureScaling", "FittedTemperature", "TemperatureFamily"]
+
+
+@family_dataclass
+class TemperatureFamily(LinearLogitFamily):
+    r""":math:`z = \beta s`; :math:`\phi = [s]`; constraint :math:`\beta \ge 0`."""
+
+    param_names: ClassVar[tuple[str, ...]] = ("inv_temperature",)
+    intercept_index: ClassVar[int | None] = None
+
+    def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
+        return jnp.asarray(scores)[..., None]
+
+    def monotone_rows(self, lo: ArrayLike, hi: ArrayLike, ctx: ScoreRange) -> jax.Array:
+        return jnp.ones((1, 1), jnp.result_type(ctx.lo, float))
+
+    def check_scores(self, scores, weights) -> None:
+        if not (scores[weights > 0] != 0).any():
+            raise ValueError("all training logits are 0; temperature scaling is not identified.")
+
+
+@pytree_dataclass
+class FittedTemperature(LinearLogitCalibrator):
+    """Fitted temperature scaling: ``predict(s) = sigmoid(s / temperature)``."""
+
+    inv_temperature = coefficient(0, "beta = 1 / T >= 0.")
+
+    @property
+    def temperature(self) -> jax.Array:
+        """:math:`T = 1/\\beta` (``inf`` when the constraint is active)."""
+        return 1.0 / self.theta[..., 0]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TemperatureScaling(LinearCalibratorEstimator):
+    """Binary temperature scaling (scores are logits; hyperparameters keyword-only).
+
+    Args:
+        l2: L2 penalty :math:`\\tfrac{l_2}{2}\\beta^2`.
+        method: only ``"discriminative"``.
+        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+    """
+
+    l2: float = 0.0
+    method: str = "discriminative"
+    max_iter: int = 100
+    tol: float | None = None
+
+    fitted_class: ClassVar[type] = FittedTemperature
+
+    @property
+    def family(self) -> TemperatureFamily:
+        return TemperatureFamily()

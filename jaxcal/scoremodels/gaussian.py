@@ -1,0 +1,182 @@
+r"""Gaussian class-conditional score models (unequal and equal variances).
+
+* :class:`GaussianScoreModel`: :math:`s \mid y=k \sim \mathcal N(\mu_k, \sigma_k^2)`.
+  Posterior logit :math:`a s^2 + b s + c` with (Kweon et al. 2022)
+  :math:`a = \frac{1}{2\sigma_0^2} - \frac{1}{2\sigma_1^2}`,
+  :math:`b = \frac{\mu_1}{\sigma_1^2} - \frac{\mu_0}{\sigma_0^2}`,
+  :math:`c = \log\frac{\pi_1}{\pi_0} + \log\frac{\sigma_0}{\sigma_1} + \frac{\mu_0^2}{2\sigma_0^2}
+  - \frac{\mu_1^2}{2\sigma_1^2}` (``GaussianCalibration``).
+* :class:`EqualVarianceGaussianScoreModel`: a shared :math:`\sigma^2`; the logit is Platt's
+  :math:`a s + b` with :math:`a = (\mu_1 - \mu_0)/\sigma^2`,
+  :math:`b = \log\frac{\pi_1}{\pi_0} + \frac{\mu_0^2 - \mu_1^2}{2\sigma^2}` (``PlattScaling``).
+
+Weighted MLEs are closed form (weighted means; divide-by-total-weight variances, pooled for
+the equal-variance model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
+
+__all__ = [
+    "GaussianParams",
+    "GaussianScoreModel",
+    "EqualVarianceGaussianParams",
+    "EqualVarianceGaussianScoreModel",
+]
+
+
+def _label_prior(labels, n):
+    pi1 = numpyro.sample("pi1", dist.Beta(1.0, 1.0))
+    with numpyro.plate("data", n):
+        numpyro.sample("labels", dist.Bernoulli(pi1), obs=labels)
+    return pi1
+
+
+def _observe(d, scores, sample_weight, n):
+    """``scores ~ d`` (weighted: a ``numpyro.factor`` of the weighted log-likelihood)."""
+    if sample_weight is None:
+        with numpyro.plate("scores_plate", n):
+            numpyro.sample("scores", d, obs=scores)
+    else:
+        numpyro.factor("scores_loglik", jnp.sum(jnp.asarray(sample_weight) * d.log_prob(scores)))
+
+
+@pytree_dataclass
+class GaussianParams:
+    """Class-conditional Gaussians ``N(mu_k, sd_k^2)`` and the class prior ``pi1``."""
+
+    mu0: jax.Array
+    sd0: jax.Array
+    mu1: jax.Array
+    sd1: jax.Array
+    pi1: jax.Array
+
+
+def _logit_prior(pi1):
+    return jnp.log(pi1) - jnp.log1p(-pi1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GaussianScoreModel(ScoreModel):
+    """Unequal-variance Gaussian scores per class (the model behind Gaussian calibration).
+
+    Priors of :meth:`model` (weakly informative, in score units):
+    :math:`\\mu_k \\sim \\mathcal N(0, \\text{loc\\_scale}^2)`,
+    :math:`\\sigma_k \\sim \\text{HalfNormal}(\\text{scale\\_scale})`,
+    :math:`\\pi_1 \\sim \\text{Beta}(1, 1)`. Standardise scores first if they are far
+    from unit scale.
+
+    Args:
+        loc_scale: prior standard deviation of the class means.
+        scale_scale: prior scale of the class standard deviations.
+    """
+
+    loc_scale: float = 10.0
+    scale_scale: float = 10.0
+
+    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
+        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd_y^2)``."""
+        labels = jnp.asarray(labels).astype(jnp.int32)
+        n = labels.shape[0]
+        _label_prior(labels, n)
+        with numpyro.plate("class", 2):
+            mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
+            sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
+        _observe(dist.Normal(mu[labels], sd[labels]), scores, sample_weight, n)
+
+    def fit_weighted(self, scores, w1, w0) -> GaussianParams:
+        """Closed-form weighted MLE (pure; jit/vmap-able)."""
+        m1, v1 = weighted_moments(scores, w1)
+        m0, v0 = weighted_moments(scores, w0)
+        return GaussianParams(m0, jnp.sqrt(v0), m1, jnp.sqrt(v1), class_prior(w1, w0))
+
+    def calibration_map(self, params: GaussianParams) -> jax.Array:
+        """``[a, b, c]`` of the posterior logit ``a s^2 + b s + c``."""
+        p = params
+        a = 0.5 / p.sd0**2 - 0.5 / p.sd1**2
+        b = p.mu1 / p.sd1**2 - p.mu0 / p.sd0**2
+        c = (
+            _logit_prior(p.pi1)
+            + jnp.log(p.sd0 / p.sd1)
+            + 0.5 * p.mu0**2 / p.sd0**2
+            - 0.5 * p.mu1**2 / p.sd1**2
+        )
+        return jnp.stack([a, b, c], axis=-1)
+
+    def log_odds(self, params: GaussianParams, scores: ArrayLike) -> jax.Array:
+        """Posterior logit at ``scores`` via the closed-form map."""
+        s = jnp.asarray(scores)
+        a, b, c = jnp.moveaxis(self.calibration_map(params), -1, 0)
+        return (a * s + b) * s + c
+
+    def is_monotone(self, params: GaussianParams, lo: ArrayLike, hi: ArrayLike) -> jax.Array:
+        """Whether the posterior is non-decreasing on ``[lo, hi]``: ``2 a s + b >= 0`` at both
+        ends (the derivative is linear in ``s``)."""
+        a, b, _ = jnp.moveaxis(self.calibration_map(params), -1, 0)
+        return (2 * a * lo + b >= 0) & (2 * a * hi + b >= 0)
+
+
+@pytree_dataclass
+class EqualVarianceGaussianParams:
+    """Class-conditional Gaussians with a shared standard deviation ``sd``."""
+
+    mu0: jax.Array
+    mu1: jax.Array
+    sd: jax.Array
+    pi1: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EqualVarianceGaussianScoreModel(ScoreModel):
+    """Equal-variance Gaussian scores per class: the generative model behind Platt scaling.
+
+    Priors as :class:`GaussianScoreModel`, with one shared ``sd``.
+    """
+
+    loc_scale: float = 10.0
+    scale_scale: float = 10.0
+
+    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
+        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd^2)``."""
+        labels = jnp.asarray(labels).astype(jnp.int32)
+        n = labels.shape[0]
+        _label_prior(labels, n)
+        with numpyro.plate("class", 2):
+            mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
+        sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
+        _observe(dist.Normal(mu[labels], sd), scores, sample_weight, n)
+
+    def fit_weighted(self, scores, w1, w0) -> EqualVarianceGaussianParams:
+        """Closed-form weighted MLE with the pooled variance."""
+        m1, v1 = weighted_moments(scores, w1)
+        m0, v0 = weighted_moments(scores, w0)
+        n1, n0 = jnp.sum(w1), jnp.sum(w0)
+        var = (n1 * v1 + n0 * v0) / (n1 + n0)
+        return EqualVarianceGaussianParams(m0, m1, jnp.sqrt(var), class_prior(w1, w0))
+
+    def calibration_map(self, params: EqualVarianceGaussianParams) -> jax.Array:
+        """``[a, b]`` of Platt's logit ``a s + b``."""
+        p = params
+        var = p.sd**2
+        a = (p.mu1 - p.mu0) / var
+        b = _logit_prior(p.pi1) + (p.mu0**2 - p.mu1**2) / (2 * var)
+        return jnp.stack([a, b], axis=-1)
+
+    def log_odds(self, params: EqualVarianceGaussianParams, scores: ArrayLike) -> jax.Array:
+        a, b = jnp.moveaxis(self.calibration_map(params), -1, 0)
+        return a * jnp.asarray(scores) + b
+
+    def is_monotone(self, params, lo: ArrayLike, hi: ArrayLike) -> jax.Array:
+        """Monotone (anywhere) iff ``mu1 >= mu0``."""
+        del lo, hi
+        return params.mu1 >= params.mu0

@@ -1,0 +1,111 @@
+r"""Manmatha et al. (SIGIR 2001) score model: negatives exponential, positives Gaussian.
+
+:math:`s \mid y=0 \sim \text{Exp}(\lambda)`, :math:`s \mid y=1 \sim \mathcal N(\mu, \sigma^2)`,
+scores :math:`s \ge 0`. Posterior logit :math:`a s^2 + b s + c` with
+:math:`a = -\frac{1}{2\sigma^2} < 0`, :math:`b = \frac{\mu}{\sigma^2} + \lambda`,
+:math:`c = \log\frac{\pi_1}{\pi_0} - \frac{\mu^2}{2\sigma^2} - \log\sigma
+- \tfrac12\log 2\pi - \log\lambda`.
+
+The logit is concave and peaks at :math:`s^* = \mu + \lambda\sigma^2`: the posterior
+*decreases* for :math:`s > s^*`, so the map is **never monotone on** :math:`[0, \infty)`
+(the well-known flaw that motivates the constrained calibrators; Kweon et al. 2022).
+``is_monotone(params, 0, inf)`` is therefore always ``False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass
+from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
+from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
+
+__all__ = ["ManmathaParams", "ManmathaScoreModel"]
+
+_HALF_LOG_2PI = 0.5 * jnp.log(2 * jnp.pi)
+
+
+@pytree_dataclass
+class ManmathaParams:
+    """Negative-class exponential ``rate0``; positive-class ``N(mu1, sd1^2)``; prior ``pi1``."""
+
+    rate0: jax.Array
+    mu1: jax.Array
+    sd1: jax.Array
+    pi1: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ManmathaScoreModel(ScoreModel):
+    """Exponential negatives, Gaussian positives (Manmatha, Rath & Feng 2001).
+
+    Priors of :meth:`model`: :math:`\\lambda \\sim \\text{LogNormal}(0, \\text{rate\\_scale})`,
+    :math:`\\mu \\sim \\mathcal N(0, \\text{loc\\_scale}^2)`,
+    :math:`\\sigma \\sim \\text{HalfNormal}(\\text{scale\\_scale})`, :math:`\\pi_1 \\sim
+    \\text{Beta}(1, 1)`.
+    """
+
+    rate_scale: float = 3.0
+    loc_scale: float = 10.0
+    scale_scale: float = 10.0
+    support = "nonnegative"
+
+    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
+        """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Exp(rate0)``,
+        ``s | 1 ~ N(mu1, sd1^2)``."""
+        labels = jnp.asarray(labels).astype(jnp.int32)
+        n = labels.shape[0]
+        _label_prior(labels, n)
+        rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
+        mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))
+        sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
+        s = jnp.zeros(n) if scores is None else jnp.asarray(scores)
+        logp = jnp.where(
+            labels == 1,
+            dist.Normal(mu1, sd1).log_prob(s),
+            dist.Exponential(rate0).log_prob(jnp.maximum(s, 0.0)),
+        )
+        w = 1.0 if sample_weight is None else jnp.asarray(sample_weight)
+        if scores is not None:
+            numpyro.factor("scores_loglik", jnp.sum(w * logp))
+
+    def fit_weighted(self, scores, w1, w0) -> ManmathaParams:
+        """Closed-form weighted MLE."""
+        rate0 = jnp.sum(w0) / jnp.sum(w0 * scores)
+        mu1, v1 = weighted_moments(scores, w1)
+        return ManmathaParams(rate0, mu1, jnp.sqrt(v1), class_prior(w1, w0))
+
+    def calibration_map(self, params: ManmathaParams) -> jax.Array:
+        """``[a, b, c]`` of the posterior logit ``a s^2 + b s + c`` (``a < 0``)."""
+        p = params
+        var = p.sd1**2
+        a = -0.5 / var
+        b = p.mu1 / var + p.rate0
+        c = (
+            _logit_prior(p.pi1)
+            - 0.5 * p.mu1**2 / var
+            - jnp.log(p.sd1)
+            - _HALF_LOG_2PI
+            - jnp.log(p.rate0)
+        )
+        return jnp.stack([a, b, c], axis=-1)
+
+    def log_odds(self, params: ManmathaParams, scores: ArrayLike) -> jax.Array:
+        s = jnp.asarray(scores)
+        a, b, c = jnp.moveaxis(self.calibration_map(params), -1, 0)
+        return (a * s + b) * s + c
+
+    def peak(self, params: ManmathaParams) -> jax.Array:
+        """:math:`s^* = \\mu + \\lambda\\sigma^2`, where the posterior starts to decrease."""
+        return params.mu1 + params.rate0 * params.sd1**2
+
+    def is_monotone(self, params: ManmathaParams, lo: ArrayLike, hi: ArrayLike) -> jax.Array:
+        """``2 a s + b >= 0`` at both ends; always ``False`` for ``hi = inf``."""
+        a, b, _ = jnp.moveaxis(self.calibration_map(params), -1, 0)
+        return (2 * a * lo + b >= 0) & (2 * a * jnp.asarray(hi, a.dtype) + b >= 0)
