@@ -47,6 +47,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "ctr_error": "jaxcal.clicks.metrics",
         # calibration (Borisov et al. 2018)
         "RankCalibration": "jaxcal.clicks.calibration",
+        "FittedRankCalibration": "jaxcal.clicks.calibration",
+        "CalibratedClickModel": "jaxcal.clicks.calibration",
+        "calibrate_click_model": "jaxcal.clicks.calibration",
         "reliability_by_rank": "jaxcal.clicks.calibration",
         "plot_reliability_by_rank": "jaxcal.clicks.calibration",
     },
