@@ -1,0 +1,23 @@
+"""Bayesian calibration: posteriors over parametric calibration maps (NUTS, SVI), every draw
+monotone by construction, and hierarchical (partially pooled) maps across groups.
+
+Example:
+    >>> import jax, jaxcal
+    >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), scores, labels,
+    ...                               key=jax.random.key(0))
+    >>> mean = post.predict(grid); lo, hi = post.interval(grid, level=0.9)
+"""
+
+from jaxcal._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "fit_bayes": "jaxcal.bayes.inference",
+        "fit_bayes_batch": "jaxcal.bayes.inference",
+        "nuts_chains": "jaxcal.bayes.inference",
+        "Posterior": "jaxcal.bayes.posterior",
+        "default_prior": "jaxcal.bayes.linear",
+        "linear_logit_model": "jaxcal.bayes.linear",
+    },
+)

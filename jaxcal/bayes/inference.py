@@ -1,0 +1,457 @@
+r"""Posterior inference for linear-logit calibration maps: NUTS (vectorised chains) and SVI.
+
+NUTS is NumPyro's sampler (Hoffman and Gelman 2014, with NumPyro's windowed step-size and
+mass-matrix adaptation) driven through its functional interface
+``numpyro.infer.hmc.hmc(potential_fn)``: one chain is ``init_kernel`` followed by a
+``lax.scan`` of ``sample_kernel``, a pure function of its key and data. Chains are a
+``vmap`` over keys, and :func:`fit_bayes_batch` is a further ``vmap`` over problems, so
+``B`` independent posteriors with ``C`` chains each are *one* compiled XLA call. The
+potential is NumPyro's ``potential_energy`` of :func:`~jaxcal.bayes.linear.linear_logit_model`
+(declared constraints, ``biject_to`` to unconstrained space, log-Jacobians included).
+
+SVI maximises the ELBO (``Trace_ELBO``) of a Gaussian guide in the unconstrained space
+(``AutoMultivariateNormal`` by default, ``AutoNormal`` for the mean-field guide) with Adam on
+a cosine-decaying learning rate. ``subsample_size`` turns on minibatches: the data plate
+then scales the minibatch log-likelihood by ``n / subsample_size`` (unbiased for the
+full-data log-likelihood), so minibatch and full-batch SVI target the same posterior.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import optax
+from jax.typing import ArrayLike
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
+from numpyro.infer.hmc import hmc
+from numpyro.infer.util import constrain_fn, potential_energy
+
+from jaxcal._validation import check_batch_inputs, check_propensity
+from jaxcal.bayes.linear import (
+    Design,
+    check_prior,
+    linear_logit_model,
+    make_design,
+    theta_from_standardised,
+)
+from jaxcal.bayes.posterior import Posterior
+from jaxcal.calibrators._base import prepare_fit
+from jaxcal.calibrators._linear import LinearLogitFamily, group_to_batch
+from jaxcal.debias.losses import check_loss, loss_targets_weights
+
+__all__ = ["fit_bayes", "fit_bayes_batch", "nuts_chains", "family_of"]
+
+METHODS = ("nuts", "svi")
+GUIDES = ("mvn", "normal")
+INIT_RADIUS = 2.0  # initial unconstrained values ~ Uniform(-2, 2), as numpyro's init_to_uniform
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def nuts_chains(
+    potential_fn,
+    init_params,
+    keys: jax.Array,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+):
+    """Run ``C`` NUTS chains of one potential as a ``vmap`` over keys (pure; jit/vmap-able).
+
+    Args:
+        potential_fn: unconstrained parameters (pytree) -> potential energy (negative log
+            joint density, Jacobians included).
+        init_params: initial unconstrained parameters with a leading chain axis ``[C, ...]``.
+        keys: ``[C]`` PRNG keys.
+        num_warmup: adaptation steps (discarded).
+        num_samples: draws kept per chain.
+        target_accept_prob: dual-averaging target.
+        max_tree_depth: NUTS maximum tree depth.
+        dense_mass: adapt a dense (instead of diagonal) mass matrix.
+
+    Returns:
+        ``(z, stats)``: unconstrained draws (leaves ``[C, S, ...]``) and a dict of
+        ``[C, S]`` arrays ``diverging``, ``num_steps``, ``accept_prob``.
+    """
+
+    def one(q0, key):
+        init_kernel, sample_kernel = hmc(potential_fn=potential_fn, algo="NUTS")
+        state = init_kernel(
+            q0,
+            num_warmup,
+            target_accept_prob=target_accept_prob,
+            max_tree_depth=max_tree_depth,
+            dense_mass=dense_mass,
+            rng_key=key,
+        )
+        state = jax.lax.fori_loop(0, num_warmup, lambda _, s: sample_kernel(s), state)
+
+        def step(s, _):
+            s = sample_kernel(s)
+            return s, (s.z, s.diverging, s.num_steps, s.accept_prob)
+
+        _, (z, div, steps, acc) = jax.lax.scan(step, state, None, length=num_samples)
+        return z, {"diverging": div, "num_steps": steps, "accept_prob": acc}
+
+    return jax.vmap(one)(init_params, keys)
+
+
+def _model_kwargs(family, prior, subsample_size=None):
+    return {
+        "prior": prior,
+        "has_intercept": family.intercept_index is not None,
+        "subsample_size": subsample_size,
+    }
+
+
+def _thetas(family, design, draws):
+    """``[..., p]`` coefficients from constrained standardised draws (leading axes any)."""
+    beta = draws["slope"]
+    alpha = draws.get("intercept", jnp.zeros(beta.shape[:-1], beta.dtype))
+    lead = beta.shape[:-1]
+    f = jax.vmap(lambda b, a: theta_from_standardised(family, b, a, design))
+    theta = f(beta.reshape(-1, beta.shape[-1]), alpha.reshape(-1))
+    return theta.reshape(lead + theta.shape[-1:])
+
+
+def _nuts_problem(family, cfg, scores, targets, weights, prior, key):
+    """One problem: design, ``C`` chains, coefficients ``[C, S, p]``."""
+    num_chains, num_warmup, num_samples, target, depth, dense = cfg
+    design = make_design(family, scores, targets, weights)
+    kw = _model_kwargs(family, prior)
+    pot = functools.partial(potential_energy, linear_logit_model, (design,), kw)
+    k = design.basis.shape[-1]
+    k_init, k_run = jax.random.split(key)
+    ks, kc = jax.random.split(k_init)
+    dtype = design.basis.dtype
+    init = {"slope": jax.random.uniform(ks, (num_chains, k), dtype, -INIT_RADIUS, INIT_RADIUS)}
+    if family.intercept_index is not None:
+        init["intercept"] = jax.random.uniform(kc, (num_chains,), dtype, -INIT_RADIUS, INIT_RADIUS)
+    z, stats = nuts_chains(
+        pot,
+        init,
+        jax.random.split(k_run, num_chains),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        target_accept_prob=target,
+        max_tree_depth=depth,
+        dense_mass=dense,
+    )
+    constrain = functools.partial(constrain_fn, linear_logit_model, (design,), kw)
+    draws = jax.vmap(jax.vmap(constrain))(z)
+    return _thetas(family, design, draws), design.context, stats
+
+
+@functools.partial(jax.jit, static_argnames=("family", "cfg"))
+def _nuts_single(family, cfg, scores, targets, weights, prior, key):
+    return _nuts_problem(family, cfg, scores, targets, weights, prior, key)
+
+
+@functools.partial(jax.jit, static_argnames=("family", "cfg"))
+def _nuts_batch(family, cfg, scores, targets, weights, prior, keys):
+    f = functools.partial(_nuts_problem, family, cfg)
+    return jax.vmap(f, in_axes=(0, 0, 0, None, 0))(scores, targets, weights, prior, keys)
+
+
+def _svi_problem(family, cfg, scores, targets, weights, prior, key):
+    """One problem: SVI on the standardised model, then ``S`` guide draws ``[1, S, p]``."""
+    num_steps, num_samples, lr, subsample_size, guide_kind = cfg
+    design = make_design(family, scores, targets, weights)
+    model = functools.partial(linear_logit_model, **_model_kwargs(family, prior, subsample_size))
+    guide_cls = AutoMultivariateNormal if guide_kind == "mvn" else AutoNormal
+    guide = guide_cls(model, init_loc_fn=numpyro.infer.init_to_median(num_samples=15))
+    schedule = optax.cosine_decay_schedule(lr, num_steps, alpha=0.01)
+    optim = numpyro.optim.optax_to_numpyro(optax.adam(schedule))
+    svi = SVI(model, guide, optim, Trace_ELBO())
+    k_init, k_draw = jax.random.split(key)
+    state = svi.init(k_init, design)
+    state, losses = jax.lax.scan(lambda s, _: svi.update(s, design), state, None, num_steps)
+    params = svi.get_params(state)
+    draws = guide.sample_posterior(k_draw, params, sample_shape=(num_samples,))
+    draws = {name: v[None] for name, v in draws.items() if name in ("slope", "intercept")}
+    return _thetas(family, design, draws), design.context, {"loss": losses}
+
+
+@functools.partial(jax.jit, static_argnames=("family", "cfg"))
+def _svi_single(family, cfg, scores, targets, weights, prior, key):
+    return _svi_problem(family, cfg, scores, targets, weights, prior, key)
+
+
+@functools.partial(jax.jit, static_argnames=("family", "cfg"))
+def _svi_batch(family, cfg, scores, targets, weights, prior, keys):
+    f = functools.partial(_svi_problem, family, cfg)
+    return jax.vmap(f, in_axes=(0, 0, 0, None, 0))(scores, targets, weights, prior, keys)
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def family_of(calibrator) -> LinearLogitFamily:
+    """The linear-logit family of an estimator (``PlattScaling()``...) or a family itself."""
+    if isinstance(calibrator, LinearLogitFamily):
+        return calibrator
+    family = getattr(calibrator, "family", None)
+    if not isinstance(family, LinearLogitFamily):
+        raise ValueError(
+            "fit_bayes needs a parametric calibrator (PlattScaling, TemperatureScaling, "
+            "BetaCalibration, GaussianCalibration, GammaCalibration, ExponentialCalibration) "
+            f"or its family; got {type(calibrator).__name__}."
+        )
+    return family
+
+
+def _positive_int(value, name, minimum=1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def _check_key(key) -> jax.Array:
+    if key is None:
+        raise ValueError("key is required: pass key=jax.random.key(0) (or PRNGKey(0)).")
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"key must be a single PRNG key; got shape {key.shape}.")
+        return key
+    if key.shape != (2,) or key.dtype != jnp.uint32:
+        raise ValueError(
+            "key must be a PRNG key (jax.random.key(0) or jax.random.PRNGKey(0)); got an "
+            f"array of shape {key.shape} and dtype {key.dtype}."
+        )
+    return key
+
+
+def _config(
+    method,
+    n,
+    *,
+    num_samples,
+    num_warmup,
+    num_chains,
+    target_accept_prob,
+    max_tree_depth,
+    dense_mass,
+    num_steps,
+    learning_rate,
+    subsample_size,
+    guide,
+):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+    num_samples = _positive_int(num_samples, "num_samples")
+    if method == "nuts":
+        if not 0.0 < float(target_accept_prob) < 1.0:
+            raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
+        if subsample_size is not None:
+            raise ValueError("subsample_size is for method='svi' (NUTS needs the full data).")
+        return (
+            _positive_int(num_chains, "num_chains"),
+            _positive_int(num_warmup, "num_warmup", 0),
+            num_samples,
+            float(target_accept_prob),
+            _positive_int(max_tree_depth, "max_tree_depth"),
+            bool(dense_mass),
+        )
+    if guide not in GUIDES:
+        raise ValueError(f"guide must be one of {GUIDES}; got {guide!r}.")
+    if not float(learning_rate) > 0:
+        raise ValueError(f"learning_rate must be > 0; got {learning_rate!r}.")
+    if subsample_size is not None:
+        subsample_size = _positive_int(subsample_size, "subsample_size")
+        if subsample_size > n:
+            raise ValueError(f"subsample_size ({subsample_size}) exceeds the data size ({n}).")
+        if subsample_size == n:
+            subsample_size = None
+    return (
+        _positive_int(num_steps, "num_steps"),
+        num_samples,
+        float(learning_rate),
+        subsample_size,
+        guide,
+    )
+
+
+def fit_bayes(
+    calibrator,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    sample_weight: ArrayLike | None = None,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+    method: str = "nuts",
+    key: jax.Array,
+    num_samples: int = 1000,
+    num_warmup: int = 500,
+    num_chains: int = 4,
+    prior: dict | None = None,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    num_steps: int = 3000,
+    learning_rate: float = 0.05,
+    subsample_size: int | None = None,
+    guide: str = "mvn",
+) -> Posterior:
+    r"""Posterior over a parametric calibration map (every draw monotone on the score range).
+
+    The model, priors and likelihood are documented in :mod:`jaxcal.bayes.linear`:
+    :math:`P(y=1\mid s) = \sigma(\phi(s)^\top\theta)` with
+    :math:`\theta` parameterised by constraint values :math:`u \ge 0` and an intercept,
+    standardised priors :math:`\beta_j = d_j u_j \sim \text{HalfNormal}(5)`,
+    :math:`\alpha \sim \mathcal N(0, 25)`, and the (IPS-)weighted logistic log-likelihood.
+
+    Args:
+        calibrator: a parametric estimator (``jaxcal.PlattScaling()``, ...) or its family.
+            Only its family is used (``l2`` is replaced by the prior).
+        scores: ``[n]`` finite scores.
+        labels: ``[n]`` 0/1 labels.
+        sample_weight: optional ``[n]`` non-negative weights (frequency weights in the
+            likelihood: their total sets the amount of information).
+        propensity: optional ``[n]`` propensities in (0, 1] (needed unless ``loss="naive"``).
+        loss: loss weighting (``jaxcal.debias.losses``): the likelihood is
+            :math:`-\sum_i w_i[\operatorname{softplus}(z_i) - t_i z_i]`.
+        method: ``"nuts"`` or ``"svi"``.
+        key: PRNG key (keyword-only, required).
+        num_samples: draws per chain (NUTS) or guide draws (SVI).
+        num_warmup: NUTS adaptation steps per chain.
+        num_chains: NUTS chains (run as one vectorised computation).
+        prior: optional ``{"slope": dist, "intercept": dist}`` replacing the defaults
+            (standardised scale; ``slope`` supported on ``[0, inf)``).
+        target_accept_prob, max_tree_depth, dense_mass: NUTS settings.
+        num_steps: SVI optimisation steps.
+        learning_rate: SVI peak Adam learning rate (cosine decay to 1% of it).
+        subsample_size: SVI minibatch size (``None``: full batch); the log-likelihood is
+            scaled by ``n / subsample_size``.
+        guide: SVI guide, ``"mvn"`` (full-rank Gaussian) or ``"normal"`` (mean-field).
+
+    Returns:
+        A :class:`~jaxcal.bayes.posterior.Posterior` (draws ``[chains, samples]``).
+
+    Raises:
+        ValueError: invalid data (NaN, labels not 0/1, one class, ...), settings or prior.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=300); y = rng.random(300) < 1 / (1 + np.exp(-2 * s))
+        >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0))
+        >>> lo, hi = post.interval([0.0, 1.0], level=0.9)
+    """
+    family = family_of(calibrator)
+    data = prepare_fit(
+        scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+    )
+    family.check_scores(data.scores, data.weights)
+    cfg = _config(
+        method, data.scores.shape[0], num_samples=num_samples, num_warmup=num_warmup,
+        num_chains=num_chains, target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
+        learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
+    )  # fmt: skip
+    prior = check_prior(prior, len(family.slope_indices))
+    key = _check_key(key)
+    dtype = jnp.asarray(0.0).dtype
+    args = [jnp.asarray(a, dtype) for a in (data.scores, data.targets, data.weights)]
+    run = _nuts_single if method == "nuts" else _svi_single
+    theta, ctx, stats = run(family, cfg, *args, prior, key)
+    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
+
+
+def fit_bayes_batch(
+    calibrator,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    mask: ArrayLike | None = None,
+    group: ArrayLike | None = None,
+    sample_weight: ArrayLike | None = None,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+    method: str = "nuts",
+    key: jax.Array,
+    num_samples: int = 1000,
+    num_warmup: int = 500,
+    num_chains: int = 4,
+    prior: dict | None = None,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    num_steps: int = 3000,
+    learning_rate: float = 0.05,
+    subsample_size: int | None = None,
+    guide: str = "mvn",
+) -> Posterior:
+    """``B`` independent posteriors in one compiled, vectorised call.
+
+    Inputs are ``[B, n]`` arrays with an optional boolean ``mask`` (ragged problems; masked
+    entries get weight 0), or 1-D arrays with integer ``group`` ids (row ``g`` is the
+    ``g``-th smallest id). Problem ``b`` uses the key ``jax.random.split(key, B)[b]``, so the
+    result equals a Python loop of :func:`fit_bayes` calls with those keys. Other arguments
+    as in :func:`fit_bayes` (``subsample_size`` indexes the padded rows).
+
+    Returns:
+        A :class:`~jaxcal.bayes.posterior.Posterior` with batch shape ``(B,)``:
+        ``theta`` is ``[B, chains, samples, p]`` and ``predict`` takes ``[B, m]`` scores.
+
+    Raises:
+        ValueError: invalid inputs (per problem: one class only, all scores equal...).
+    """
+    family = family_of(calibrator)
+    check_loss(loss, propensity)
+    if group is not None:
+        if mask is not None:
+            raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")
+        _, mask, scores, labels, sample_weight, propensity = group_to_batch(
+            group, scores, labels, sample_weight, propensity
+        )
+    s, y, v, m = check_batch_inputs(scores, labels, mask=mask, sample_weight=sample_weight)
+    omega = None
+    if propensity is not None:
+        omega = np.asarray(propensity, np.float64)
+        if omega.shape != s.shape:
+            raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
+        check_propensity(omega[m], int(m.sum()))
+        omega = np.where(m, omega, 1.0)
+    tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
+    t, w = tw(
+        jnp.asarray(y),
+        propensity=None if omega is None else jnp.asarray(omega),
+        sample_weight=jnp.asarray(v),
+    )
+    t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
+    for b in range(s.shape[0]):
+        try:
+            family.check_scores(s[b], w[b])
+        except ValueError as exc:
+            raise ValueError(f"problem {b}: {exc}") from None
+    cfg = _config(
+        method, s.shape[1], num_samples=num_samples, num_warmup=num_warmup,
+        num_chains=num_chains, target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
+        learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
+    )  # fmt: skip
+    prior = check_prior(prior, len(family.slope_indices))
+    keys = jax.random.split(_check_key(key), s.shape[0])
+    dtype = jnp.asarray(0.0).dtype
+    args = [jnp.asarray(a, dtype) for a in (s, t, w)]
+    run = _nuts_batch if method == "nuts" else _svi_batch
+    theta, ctx, stats = run(family, cfg, *args, prior, keys)
+    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
+
+
+def design_of(calibrator, scores, targets, weights) -> Design:
+    """The standardised design of one problem (for inspection and tests)."""
+    dtype = jnp.asarray(0.0).dtype
+    args = [jnp.asarray(a, dtype) for a in (scores, targets, weights)]
+    return make_design(family_of(calibrator), *args)

@@ -1,0 +1,321 @@
+r"""The posterior of a parametric calibration map: draws, predictions, intervals, diagnostics.
+
+A :class:`Posterior` is an immutable pytree (usable inside ``jit``; ``save`` /
+``jaxcal.load`` without pickle) holding the draws of the family's coefficients
+:math:`\theta^{(c, d)}` (chain ``c``, draw ``d``), the training context and the sampler
+statistics. For a score :math:`s`,
+
+.. math::  \hat p(s) = \frac{1}{CD}\sum_{c,d} \sigma\bigl(\phi(s)^\top\theta^{(c,d)}\bigr),
+
+is the posterior mean probability (:meth:`Posterior.predict`) and the equal-tailed
+credible interval is given by the :math:`(1 \mp \text{level})/2` quantiles of the draws of
+:math:`\sigma(\phi(s)^\top\theta)` (:meth:`Posterior.interval`). Every draw is a monotone
+map on the training range (the parameterisation of :mod:`jaxcal.bayes.linear`), so each
+quantile curve is monotone too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal.calibrators._base import maybe_check_scores
+from jaxcal.calibrators._linear import LinearLogitFamily, ScoreRange
+from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
+
+__all__ = ["Posterior"]
+
+_CHUNK = 512  # scores per lax.map step: memory is CHUNK x draws
+
+
+def _flat(theta: jax.Array) -> jax.Array:
+    """``[C, S, p] -> [C*S, p]``."""
+    return theta.reshape(-1, theta.shape[-1])
+
+
+@functools.partial(jax.jit, static_argnames=("family", "what"))
+def _summaries(family, theta, ctx, scores, qs, *, what):
+    """Per-score posterior mean (``what="mean"``) or quantiles ``qs`` of sigma(logit)."""
+    th = _flat(theta)
+
+    def per_score(s):
+        p = jax.nn.sigmoid(family.features(s, ctx) @ th.T)  # [D]
+        if what == "mean":
+            return jnp.mean(p)
+        return jnp.quantile(p, qs)
+
+    flat = scores.reshape(-1)
+    out = jax.lax.map(per_score, flat, batch_size=_CHUNK)
+    return out.reshape(scores.shape + out.shape[1:])
+
+
+@functools.partial(jax.jit, static_argnames=("family",))
+def _prob_draws(family, theta, ctx, scores):
+    """``[D, m]`` probabilities of every draw."""
+    return jax.nn.sigmoid(family.features(scores, ctx) @ _flat(theta).T).T
+
+
+@functools.partial(jax.jit, static_argnames=("family",))
+def _ece_draws(family, theta, ctx, scores, labels, weights, edges):
+    def one(th):
+        p = jax.nn.sigmoid(family.features(scores, ctx) @ th)
+        return ece_from_stats(binned_stats(p, labels, edges, weights))
+
+    return jax.lax.map(one, _flat(theta), batch_size=64)
+
+
+@pytree_dataclass
+class Posterior:
+    """Posterior draws of a linear-logit calibration map (see the module docstring).
+
+    Attributes:
+        theta: ``[..., chains, samples, p]`` draws of the coefficients (names:
+            ``family.param_names``); leading dimensions are batch dimensions.
+        context: the training :class:`~jaxcal.calibrators._linear.ScoreRange` (leaves
+            ``[...]``).
+        stats: sampler statistics: NUTS ``diverging``, ``num_steps``, ``accept_prob``
+            (``[..., chains, samples]``); SVI ``loss`` (``[..., num_steps]``, the negative
+            ELBO per step).
+        family: the (static) linear-logit family.
+        method: ``"nuts"``, ``"svi"`` or ``"hierarchical-nuts"``.
+    """
+
+    theta: jax.Array
+    context: ScoreRange
+    stats: dict
+    family: LinearLogitFamily = static_field()
+    method: str = static_field(default="nuts")
+
+    # ------------------------------------------------------------------------ structure
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Leading batch dimensions (``()`` for one posterior)."""
+        return tuple(self.theta.shape[:-3])
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.theta.shape[-3])
+
+    @property
+    def num_samples(self) -> int:
+        """Draws per chain."""
+        return int(self.theta.shape[-2])
+
+    @property
+    def draws(self) -> dict[str, jax.Array]:
+        """The coefficient draws by name, each ``[..., chains, samples]``."""
+        return {n: self.theta[..., i] for i, n in enumerate(self.family.param_names)}
+
+    def _map(self, fn, scores, *rest):
+        """Apply ``fn(theta, ctx, scores, *rest)`` per problem (vmapped over the batch)."""
+        nb = len(self.batch_shape)
+        s = jnp.asarray(scores, self.theta.dtype)
+        if nb == 0:
+            return fn(self.theta, self.context, s, *rest)
+        if s.shape[:nb] != self.batch_shape:
+            raise ValueError(
+                f"a batched posterior with batch shape {self.batch_shape} needs scores of "
+                f"shape {self.batch_shape} + (m, ...); got {s.shape}."
+            )
+        f = fn
+        for _ in range(nb):
+            f = jax.vmap(f, in_axes=(0, 0, 0) + (None,) * len(rest))
+        return f(self.theta, self.context, s, *rest)
+
+    # ------------------------------------------------------------------------ prediction
+    def predict(self, scores: ArrayLike) -> jax.Array:
+        """Posterior mean probability :math:`E[\\sigma(\\phi(s)^\\top\\theta)]` per score.
+
+        Args:
+            scores: scores of any shape (batched posterior: ``batch_shape + (m, ...)``).
+
+        Returns:
+            Probabilities, same shape as ``scores``.
+        """
+        scores = maybe_check_scores(scores)
+        fn = functools.partial(_summaries, self.family, what="mean")
+        return self._map(lambda th, ctx, s: fn(th, ctx, s, None), scores)
+
+    def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
+        """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
+
+        Args:
+            scores: as in :meth:`predict`.
+            level: credible level in (0, 1).
+
+        Returns:
+            ``(lower, upper)``, each shaped like ``scores``.
+
+        Raises:
+            ValueError: ``level`` outside (0, 1).
+        """
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"level must be in (0, 1); got {level!r}.")
+        scores = maybe_check_scores(scores)
+        qs = jnp.asarray([(1 - level) / 2, (1 + level) / 2], self.theta.dtype)
+        fn = functools.partial(_summaries, self.family, what="quantile")
+        out = self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores)
+        return out[..., 0], out[..., 1]
+
+    def probability_draws(self, scores: ArrayLike) -> jax.Array:
+        """Probabilities of every draw: ``[..., chains * samples, m]`` for 1-D ``scores``."""
+        scores = maybe_check_scores(scores)
+        return self._map(functools.partial(_prob_draws, self.family), scores)
+
+    def ece_posterior(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        n_bins: int = 15,
+        sample_weight: ArrayLike | None = None,
+    ) -> jax.Array:
+        """Posterior draws of the ECE of the calibrated test scores (equal-width bins).
+
+        The ECE of each draw's map on the test set (``jaxcal.metrics.ece``'s definition):
+        a distribution that says how well calibrated the map is, given the training data.
+
+        Args:
+            scores: ``[m]`` test scores.
+            labels: ``[m]`` 0/1 test labels.
+            n_bins: number of equal-width bins.
+            sample_weight: optional ``[m]`` non-negative weights.
+
+        Returns:
+            ``[chains * samples]`` ECE draws (one problem; batched posteriors take
+            ``batch_shape + (m,)`` test arrays).
+        """
+        from jaxcal._validation import check_labels, check_sample_weight, check_scores
+
+        edges = jnp.asarray(bin_edges(n_bins=n_bins), self.theta.dtype)
+        if self.batch_shape:
+            s = np.asarray(scores, np.float64)
+            y = np.asarray(labels, np.float64)
+            if s.shape != y.shape or not np.isfinite(s).all() or not np.isin(y, (0, 1)).all():
+                raise ValueError("batched test scores/labels must be finite, 0/1, same shape.")
+            w = np.ones_like(s) if sample_weight is None else np.asarray(sample_weight)
+        else:
+            s = check_scores(scores)
+            y = check_labels(labels, s.shape[0])
+            w = check_sample_weight(sample_weight, s.shape[0])
+        dtype = self.theta.dtype
+        y, w = jnp.asarray(y, dtype), jnp.asarray(w, dtype)
+        fn = functools.partial(_ece_draws, self.family)
+        nb = len(self.batch_shape)
+        if nb == 0:
+            return fn(self.theta, self.context, jnp.asarray(s, dtype), y, w, edges)
+        f = lambda th, ctx, s_, y_, w_: fn(th, ctx, s_, y_, w_, edges)  # noqa: E731
+        for _ in range(nb):
+            f = jax.vmap(f)
+        return f(self.theta, self.context, jnp.asarray(s, dtype), y, w)
+
+    def is_monotone(self, *, rtol: float = 1e-9) -> jax.Array:
+        """Whether every draw is non-decreasing on the training range (``bool[...]``)."""
+
+        def one(theta, ctx):
+            R = self.family.monotone_rows(ctx.lo, ctx.hi, ctx)
+            th = _flat(theta)
+            scale = jnp.abs(th) @ jnp.abs(R).T
+            return jnp.all(th @ R.T >= -rtol * scale)
+
+        f = one
+        for _ in range(len(self.batch_shape)):
+            f = jax.vmap(f)
+        return f(self.theta, self.context)
+
+    # ------------------------------------------------------------------------ diagnostics
+    def diagnostics(self) -> dict:
+        """Convergence diagnostics per coefficient.
+
+        Returns:
+            ``{"r_hat": {name: ...}, "ess": {name: ...}, "divergences": ...,
+            "num_chains": C, "num_samples": S}`` with split-:math:`\\hat R` and the bulk
+            effective sample size (``numpyro.diagnostics``; Gelman et al., BDA3) and the
+            number of divergent transitions (NUTS). Values are floats, or ``[B]`` arrays
+            for a batched posterior. For SVI the draws are independent samples of the fitted
+            guide (``r_hat`` ~ 1 and ``ess`` ~ draws by construction); ``final_loss`` and
+            ``loss_change`` (relative change of the negative ELBO over the last 10% of
+            steps) tell whether the optimisation converged.
+        """
+        from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+        theta = np.asarray(self.theta)
+        flat = theta.reshape((-1,) + theta.shape[-3:])
+        out: dict = {"r_hat": {}, "ess": {}}
+        for i, name in enumerate(self.family.param_names):
+            x = flat[..., i]
+            const = np.ptp(x.reshape(x.shape[0], -1), axis=1) == 0
+            rh, es = [], []
+            for b in range(x.shape[0]):
+                if const[b]:  # a coefficient fixed by the family (e.g. zero) is exact
+                    rh.append(1.0)
+                    es.append(float(x[b].size))
+                    continue
+                rh.append(
+                    float(split_gelman_rubin(x[b])) if x.shape[1] > 1 or x.shape[2] > 3 else np.nan
+                )
+                es.append(float(effective_sample_size(x[b])))
+            out["r_hat"][name] = self._shape(rh)
+            out["ess"][name] = self._shape(es)
+        if "diverging" in self.stats:
+            div = np.asarray(self.stats["diverging"]).reshape(flat.shape[0], -1).sum(1)
+            out["divergences"] = self._shape(div.astype(int).tolist())
+        if "loss" in self.stats:
+            loss = np.asarray(self.stats["loss"]).reshape(flat.shape[0], -1)
+            tail = max(1, loss.shape[1] // 10)
+            final = loss[:, -tail:].mean(1)
+            prev = loss[:, -2 * tail : -tail].mean(1) if loss.shape[1] >= 2 * tail else final
+            out["final_loss"] = self._shape(final.tolist())
+            out["loss_change"] = self._shape((np.abs(final - prev) / np.abs(final)).tolist())
+        out["num_chains"] = self.num_chains
+        out["num_samples"] = self.num_samples
+        return out
+
+    def _shape(self, values: list):
+        if not self.batch_shape:
+            return values[0]
+        return np.asarray(values).reshape(self.batch_shape)
+
+    def to_arviz(self):
+        """An ``arviz.InferenceData`` (needs ``arviz``, not a jaxcal dependency).
+
+        Posterior variables are the coefficients by name (``chain`` x ``draw``); NUTS
+        statistics go to ``sample_stats``. Only unbatched posteriors.
+
+        Raises:
+            ImportError: arviz is not installed.
+            ValueError: the posterior is batched.
+        """
+        try:
+            import arviz as az
+        except ImportError as exc:
+            raise ImportError("to_arviz needs arviz: pip install arviz") from exc
+        if self.batch_shape:
+            raise ValueError("to_arviz exports one posterior; index a batched one first.")
+        posterior = {k: np.asarray(v) for k, v in self.draws.items()}
+        stats = {
+            k: np.asarray(v)
+            for k, v in self.stats.items()
+            if np.ndim(v) == 2 and np.shape(v) == self.theta.shape[:2]
+        }
+        if "diverging" in stats:
+            stats["diverging"] = stats["diverging"].astype(bool)
+        return az.from_dict(posterior=posterior, sample_stats=stats or None)
+
+    def __getitem__(self, index) -> Posterior:
+        """Problem ``index`` of a batched posterior (``post[b]``)."""
+        if not self.batch_shape:
+            raise ValueError("only a batched posterior can be indexed.")
+        take = lambda x: x[index]  # noqa: E731
+        return Posterior(
+            theta=self.theta[index],
+            context=jax.tree_util.tree_map(take, self.context),
+            stats=jax.tree_util.tree_map(take, self.stats),
+            family=self.family,
+            method=self.method,
+        )
