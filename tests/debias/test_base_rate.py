@@ -231,6 +231,12 @@ def test_prior_shift_correction_fixes_the_level(sim, tmp_path):
     # ranking unchanged (a logit shift is increasing)
     order = np.argsort(p_before, kind="stable")
     assert (np.diff(p_after[order]) >= -1e-15).all()
+    # a second correction of the same shapes does not recompile the solver
+    from jaxcal.debias import base_rate
+
+    size = base_rate._solve_shift._cache_size()
+    prior_shift_correction(naive, scores[mar_idx][::-1], r[mar_idx])
+    assert base_rate._solve_shift._cache_size() == size
     # jit, save / load
     np.testing.assert_allclose(
         jax.jit(corrected.predict)(scores[:50]), corrected.predict(scores[:50]), rtol=1e-12
@@ -252,6 +258,10 @@ def test_prior_shift_correction_errors(sim):
         prior_shift_correction(fit, scores[:10], r)
     with pytest.raises(ValueError):
         prior_shift_correction(fit, np.r_[np.nan, scores[1:]], r)
+    with pytest.raises(ValueError, match="propensit"):
+        implied_base_rate(r, loss="ips")
+    with pytest.raises(ValueError):
+        implied_base_rate(r, propensity=np.zeros(r.size), loss="ips")
     with pytest.raises(ValueError, match="loss"):
         negative_sampling_base_rate(57, loss="bogus")
     with pytest.raises(ValueError, match="mean_inverse_propensity"):
