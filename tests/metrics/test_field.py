@@ -219,6 +219,7 @@ _SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a fresh 4-device process: ~15 s of imports and compilation
 def test_sharded_segment_stats_four_devices_equal_one():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     env["JAX_PLATFORMS"] = "cpu"
