@@ -876,6 +876,9 @@ def reproduce(
 ) -> dict:
     """Run the study and write its tables, figures and predictions under ``out``.
 
+    Enables float64 in JAX (``jax_enable_x64``) for the process: the calibration fits and
+    metrics are exact float64 computations, as in the authors' scipy code.
+
     Args:
         dataset: ``"coat"``, ``"yahoo"`` (needs ``yahoo_dir``) or ``"synthetic"``.
         out: output folder.
