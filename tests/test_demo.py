@@ -240,3 +240,13 @@ def test_docs_code_blocks_run(page, tmp_path):
         for png in ("reliability", "maps", "scores"):
             assert (tmp_path / "plots" / f"{png}.png").stat().st_size > 0
         assert "(4,)" in out.stdout
+
+
+def test_threads_do_not_change_results(run):
+    # the CLI run used --jobs = min(4, cpu count); one thread gives the same numbers exactly
+    result = demo.run_demo(seed=SEED, n_users=N_USERS, n_items=N_ITEMS, n_bins=N_BINS,
+                           calibrators=list(NAMES), jobs=1, quiet=True)  # fmt: skip
+    for row in result.rows:
+        ref = run["rows"][row.calibrator, row.loss]
+        for col in ("ece", "mce", "nll", "auc", "rmse_true"):
+            assert getattr(row, col) == float(ref[col]), (row.calibrator, row.loss, col)
