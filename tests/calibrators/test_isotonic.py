@@ -1,0 +1,248 @@
+"""Isotonic regression: oracles are scikit-learn's IsotonicRegression (float64), brute-force
+enumeration of block partitions, and monotonicity / rank properties (hypothesis)."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial import ConvexHull
+from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import roc_auc_score, roc_curve
+
+import jaxcal
+from jaxcal.calibrators.isotonic import FittedIsotonic, isotonic_regression
+
+EXACT = 1e-9  # the acceptance tolerance against scikit-learn (float64)
+
+
+def _data(rng, n, *, ties=True):
+    x = rng.integers(0, max(2, n // 3), n).astype(float) if ties else rng.normal(size=n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(x - x.mean())))).astype(float)
+    y[:2] = [0.0, 1.0]
+    w = rng.uniform(0.1, 3.0, n)
+    return x, y, w
+
+
+@pytest.mark.parametrize("increasing", [True, False])
+def test_equals_sklearn_weighted_with_ties(increasing):
+    rng = np.random.default_rng(0)
+    for n in (7, 30, 64, 60, 33):
+        x, y, w = _data(rng, n)
+        y = y + rng.normal(size=n) * 0.3  # real-valued targets too
+        ours = np.asarray(isotonic_regression(x, y, sample_weight=w, increasing=increasing))
+        ref = IsotonicRegression(increasing=increasing).fit(x, y, sample_weight=w).predict(x)
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=EXACT)
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "step"])
+def test_calibrator_predict_matches_sklearn_off_grid(interpolation):
+    rng = np.random.default_rng(1)
+    x, y, w = _data(rng, 50)
+    cal = jaxcal.IsotonicCalibration(interpolation=interpolation).fit(x, y, sample_weight=w)
+    q = rng.uniform(x.min() - 2, x.max() + 2, 300)
+    ir = IsotonicRegression(out_of_bounds="clip").fit(x, y, sample_weight=w)
+    if interpolation == "linear":
+        ref = ir.predict(q)
+    else:  # right-continuous step: value of the last training score <= q
+        xs = np.unique(x)
+        ref = ir.predict(xs)[np.clip(np.searchsorted(xs, q, side="right") - 1, 0, None)]
+    np.testing.assert_allclose(np.asarray(cal.predict(q)), ref, rtol=0, atol=EXACT)
+
+
+def _brute_force(x, y, w):
+    """Best monotone fit by enumerating all partitions of the sorted tie classes into
+    consecutive blocks (block value = weighted mean), keeping monotone ones."""
+    xs = np.unique(x)
+    sy = np.array([np.sum((w * y)[x == v]) for v in xs])
+    sw = np.array([np.sum(w[x == v]) for v in xs])
+    k = xs.size
+    best, best_val = None, np.inf
+    for cuts in itertools.product([0, 1], repeat=k - 1):
+        edges = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [k]
+        means = [sy[a:b].sum() / sw[a:b].sum() for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        if np.any(np.diff(means) < -1e-15):
+            continue
+        f = np.concatenate(
+            [[m] * (b - a) for m, a, b in zip(means, edges[:-1], edges[1:], strict=True)]
+        )
+        fx = f[np.searchsorted(xs, x)]
+        val = np.sum(w * (y - fx) ** 2)
+        if val < best_val:
+            best, best_val = fx, val
+    return best
+
+
+def test_brute_force_small():
+    rng = np.random.default_rng(2)
+    for _ in range(15):
+        n = int(rng.integers(2, 9))
+        x = rng.integers(0, 6, n).astype(float)
+        y = rng.normal(size=n)
+        w = rng.uniform(0.2, 2.0, n)
+        ours = np.asarray(isotonic_regression(x, y, sample_weight=w))
+        np.testing.assert_allclose(ours, _brute_force(x, y, w), atol=EXACT)
+
+
+def test_clipping_solves_bounded_problem():
+    rng = np.random.default_rng(3)
+    x, y, w = _data(rng, 40)
+    y = y * 3 - 1
+    ours = np.asarray(isotonic_regression(x, y, sample_weight=w, y_min=-0.2, y_max=0.9))
+    ref = IsotonicRegression(y_min=-0.2, y_max=0.9).fit(x, y, sample_weight=w).predict(x)
+    np.testing.assert_allclose(ours, ref, atol=EXACT)
+
+
+def test_batched_by_group_equals_loop_and_vmap():
+    rng = np.random.default_rng(4)
+    G, n = 5, 24
+    xs, ys, ws = zip(*[_data(rng, n) for _ in range(G)], strict=True)
+    x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+    group = np.repeat(np.array([7, -3, 100, 0, 5]), n)  # arbitrary integer ids
+    perm = rng.permutation(G * n)  # interleaved groups
+    grouped = np.empty(G * n)
+    grouped[perm] = np.asarray(
+        isotonic_regression(x[perm], y[perm], sample_weight=w[perm], group=group[perm])
+    )
+    looped = np.concatenate(
+        [
+            IsotonicRegression().fit(a, b, sample_weight=c).predict(a)
+            for a, b, c in zip(xs, ys, ws, strict=True)
+        ]
+    )
+    np.testing.assert_allclose(grouped, looped, atol=EXACT)
+    vm = jax.vmap(lambda a, b, c: isotonic_regression(a, b, sample_weight=c))(
+        jnp.stack(xs), jnp.stack(ys), jnp.stack(ws)
+    )
+    np.testing.assert_allclose(np.asarray(vm).ravel(), looped, atol=EXACT)
+
+
+def test_jit_path_and_no_recompile():
+    rng = np.random.default_rng(5)
+    f = jax.jit(lambda a, b: isotonic_regression(a, b, y_min=0.0, y_max=1.0))
+    x, y, _ = _data(rng, 32)
+    first = f(x, y)
+    np.testing.assert_allclose(first, IsotonicRegression().fit(x, y).predict(x), atol=EXACT)
+    x2, y2, _ = _data(rng, 32)
+    before = f._cache_size()
+    f(x2, y2).block_until_ready()
+    assert f._cache_size() == before
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-5, 5), st.floats(-3, 3), st.floats(0.01, 5)),
+        min_size=2,
+        max_size=16,
+    ),
+    st.booleans(),
+)
+def test_monotone_and_tie_pooled(points, increasing):
+    x, y, w = (np.array(c, float) for c in zip(*points, strict=True))
+    f = np.asarray(isotonic_regression(x, y, sample_weight=w, increasing=increasing))
+    order = np.argsort(x, kind="stable")
+    d = np.diff(f[order])
+    assert np.all(d >= -1e-12) if increasing else np.all(d <= 1e-12)
+    for v in np.unique(x):  # ties share one value
+        assert np.ptp(f[x == v]) <= 1e-12
+    # weighted mean is preserved (a KKT condition of the projection)
+    assert abs(np.sum(w * f) - np.sum(w * y)) <= 1e-9 * (1 + np.sum(w * np.abs(y)))
+
+
+def _auc(s, y):
+    return roc_auc_score(y, s)
+
+
+def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
+    rng = np.random.default_rng(6)
+    n = 400
+    s = rng.normal(size=n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))).astype(float)
+    plain = jaxcal.IsotonicCalibration().fit(s, y)
+    step = jaxcal.IsotonicCalibration(interpolation="step").fit(s, y)
+    cir = jaxcal.IsotonicCalibration(rank_preserving=True).fit(s, y)
+    inside = s[(s > s.min()) & (s < s.max())]
+    p_cir = np.asarray(cir.predict(np.sort(inside)))
+    assert np.all(np.diff(p_cir) > 0)  # strictly increasing on the training range
+    assert np.unique(np.asarray(cir.predict(s))).size == n  # no ties at all here
+    assert np.unique(np.asarray(step.predict(s))).size < n // 4  # PAV steps tie a lot
+    assert _auc(np.asarray(cir.predict(s)), y) == pytest.approx(_auc(s, y), abs=1e-12)
+    # PAV's ROC is the ROC convex hull of the scores (Fawcett & Niculescu-Mizil 2007): the
+    # step map's training AUC (ties count 1/2) is the area under the hull, never below AUC
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
+    hull = ConvexHull(np.c_[np.r_[fpr, 1.0], np.r_[tpr, 0.0]])
+    assert _auc(np.asarray(step.predict(s)), y) == pytest.approx(hull.volume, abs=1e-12)
+    assert hull.volume >= _auc(s, y)
+    fresh = rng.normal(size=n)  # off the training points, interpolation breaks the steps
+    assert (
+        np.unique(np.asarray(plain.predict(fresh))).size > 2 * np.unique(step.predict(fresh)).size
+    )
+
+
+def test_trim_and_ips_targets_clipped():
+    rng = np.random.default_rng(7)
+    s = rng.normal(size=60)
+    y = (s > 0).astype(float)
+    cal = jaxcal.IsotonicCalibration(trim=0.01).fit(s, y)
+    p = np.asarray(cal.predict(s))
+    assert p.min() == pytest.approx(0.01) and p.max() == pytest.approx(0.99)
+    prop = rng.uniform(0.2, 1.0, 60)
+    ips = jaxcal.IsotonicCalibration().fit(s, y, propensity=prop, loss="ips")
+    ref = np.clip(IsotonicRegression().fit(s, y / prop).predict(s), 0, 1)
+    np.testing.assert_allclose(np.asarray(ips.predict(s)), ref, atol=EXACT)
+
+
+def test_predict_inside_jit_and_save_load(tmp_path):
+    rng = np.random.default_rng(8)
+    x, y, w = _data(rng, 40)
+    for kw in ({}, {"increasing": False}, {"rank_preserving": True}, {"interpolation": "step"}):
+        cal = jaxcal.IsotonicCalibration(**kw).fit(x, y, sample_weight=w)
+        q = rng.uniform(-1, 15, 50)
+        inside = jax.jit(lambda c, s: c.predict(s))(cal, q)
+        np.testing.assert_array_equal(np.asarray(inside), np.asarray(cal.predict(q)))
+        cal.save(tmp_path / "iso.npz")
+        back = jaxcal.load(tmp_path / "iso.npz")
+        assert isinstance(back, FittedIsotonic) and back == back
+        np.testing.assert_array_equal(np.asarray(back.knots_x), np.asarray(cal.knots_x))
+        np.testing.assert_array_equal(np.asarray(back.knots_y), np.asarray(cal.knots_y))
+        assert (back.increasing, back.interpolation) == (cal.increasing, cal.interpolation)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"x": [0.0, np.nan], "y": [0.0, 1.0]}, "non-finite"),
+        ({"x": [0.0, 1.0], "y": [0.0]}, "length mismatch"),
+        ({"x": [], "y": []}, "empty"),
+        ({"x": [0.0, 1.0], "y": [0.0, 1.0], "sample_weight": [1.0, -1.0]}, "non-negative"),
+        ({"x": [0.0, 1.0], "y": [0.0, 1.0], "group": [0.5, 1.0]}, "integer"),
+        ({"x": [0.0, 1.0], "y": [0.0, 1.0], "y_min": 1.0, "y_max": 0.0}, "y_min"),
+        ({"x": [0.0, 1.0], "y": [0.0, 1.0], "increasing": "yes"}, "increasing"),
+    ],
+)
+def test_functional_bad_inputs(kwargs, match):
+    x, y = kwargs.pop("x"), kwargs.pop("y")
+    with pytest.raises(ValueError, match=match):
+        isotonic_regression(x, y, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("scores", "labels", "hyper", "match"),
+    [
+        ([0.0, 1.0], [0, 2], {}, "0/1"),
+        ([0.0, 1.0], [1, 1], {}, "one class"),
+        ([0.0, np.inf], [0, 1], {}, "non-finite"),
+        ([0.0, 1.0], [0, 1], {"interpolation": "cubic"}, "interpolation"),
+        ([0.0, 1.0], [0, 1], {"trim": 0.7}, "trim"),
+        ([0.0, 1.0], [0, 1], {"rank_preserving": True, "interpolation": "step"}, "rank"),
+    ],
+)
+def test_calibrator_bad_inputs(scores, labels, hyper, match):
+    with pytest.raises(ValueError, match=match):
+        jaxcal.IsotonicCalibration(**hyper).fit(scores, labels)

@@ -1,0 +1,110 @@
+"""SIR against a direct NumPy + scikit-learn computation; the downsampling correction
+against Bayes' rule and a simulation."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from sklearn.isotonic import IsotonicRegression
+
+import jaxcal
+from jaxcal.calibrators.smoothed_isotonic import FittedSmoothedIsotonic
+
+TOL = 1e-10
+
+
+def _direct_sir(s, y, w, B):
+    ss = np.sort(s)
+    n = s.size
+    edges = np.array([ss[(k * n) // B] for k in range(1, B)])
+    b = np.searchsorted(edges, s, side="right")
+    xs, ts, ws = [], [], []
+    for j in range(B):
+        m = b == j
+        if m.any():
+            xs.append(np.sum(w[m] * s[m]) / w[m].sum())
+            ts.append(np.sum(w[m] * y[m]) / w[m].sum())
+            ws.append(w[m].sum())
+    v = (
+        IsotonicRegression()
+        .fit(np.arange(len(xs)), ts, sample_weight=ws)
+        .predict(np.arange(len(xs)))
+    )
+    return lambda q: np.interp(q, xs, np.clip(v, 0, 1))
+
+
+def test_matches_direct():
+    rng = np.random.default_rng(0)
+    s = np.r_[rng.normal(size=300), np.zeros(30)]
+    y = (rng.uniform(size=s.size) < 1 / (1 + np.exp(-1.5 * s))).astype(float)
+    w = rng.uniform(0.2, 2.0, s.size)
+    cal = jaxcal.SmoothedIsotonic(n_buckets=20).fit(s, y, sample_weight=w)
+    q = np.r_[s, np.linspace(-5, 5, 101)]
+    np.testing.assert_allclose(np.asarray(cal.predict(q)), _direct_sir(s, y, w, 20)(q), atol=TOL)
+
+
+def test_decreasing_mirrors_increasing():
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=200)
+    y = (rng.uniform(size=200) < 1 / (1 + np.exp(s))).astype(float)
+    dec = jaxcal.SmoothedIsotonic(n_buckets=15, increasing=False).fit(s, y)
+    q = np.linspace(-3, 3, 41)
+    assert np.all(np.diff(np.asarray(dec.predict(q))) <= 1e-15)
+
+
+def test_rank_preserving_strictly_monotone_and_more_distinct_values():
+    rng = np.random.default_rng(2)
+    s = rng.normal(size=600)
+    y = (rng.uniform(size=600) < 1 / (1 + np.exp(-s))).astype(float)
+    plain = jaxcal.SmoothedIsotonic(n_buckets=60).fit(s, y)
+    cir = jaxcal.SmoothedIsotonic(n_buckets=60, rank_preserving=True).fit(s, y)
+    kx = np.asarray(cir.knots_x)
+    q = np.sort(s[(s > kx[0]) & (s < kx[-1])])
+    assert np.all(np.diff(np.asarray(cir.predict(q))) > 0)
+    assert np.unique(np.asarray(cir.predict(s))).size >= np.unique(plain.predict(s)).size
+
+
+def test_save_load_jit(tmp_path):
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=100)
+    y = (s > 0).astype(int)
+    cal = jaxcal.SmoothedIsotonic(n_buckets=10).fit(s, y)
+    cal.save(tmp_path / "sir.npz")
+    back = jaxcal.load(tmp_path / "sir.npz")
+    assert isinstance(back, FittedSmoothedIsotonic)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda c, x: c.predict(x))(back, s)), np.asarray(cal.predict(s))
+    )
+
+
+def test_negative_downsampling_correction_inverts_bayes_rule():
+    p = np.linspace(0.0, 1.0, 101)
+    for rate in (1.0, 0.5, 0.01):
+        # Bayes' rule: keeping negatives with probability `rate` gives p' = p / (p + (1-p) rate)
+        downsampled = p / (p + (1 - p) * rate)
+        back = np.asarray(jaxcal.negative_downsampling_correction(downsampled, rate))
+        np.testing.assert_allclose(back, p, atol=1e-12)
+    assert float(jaxcal.negative_downsampling_correction(0.5, 0.1)) == pytest.approx(1 / 11)
+
+
+def test_negative_downsampling_correction_simulation():
+    rng = np.random.default_rng(4)
+    n, p, rate = 400_000, 0.03, 0.1
+    y = rng.uniform(size=n) < p
+    kept = y | (rng.uniform(size=n) < rate)
+    observed = y[kept].mean()
+    q = float(jaxcal.negative_downsampling_correction(observed, rate))
+    se = np.sqrt(p * (1 - p) / n) * 4  # generous: the estimate's sd is about sqrt(p/n)
+    assert abs(q - p) < 5 * se
+
+
+@pytest.mark.parametrize(("probs", "rate", "match"), [([1.2], 0.5, "probs"), ([0.2], 0.0, "rate")])
+def test_correction_bad_inputs(probs, rate, match):
+    with pytest.raises(ValueError, match=match):
+        jaxcal.negative_downsampling_correction(probs, rate)
+
+
+def test_bad_hyper():
+    with pytest.raises(ValueError, match="n_buckets"):
+        jaxcal.SmoothedIsotonic(n_buckets=0).fit([0.1, 0.2], [0, 1])
