@@ -187,7 +187,41 @@ def _prepared(family: LinearLogitFamily, scores, weights):
     return ctx, s
 
 
-@functools.partial(jax.jit, static_argnames=("family", "method"))
+@functools.partial(jax.jit, static_argnames=("family",))
+def _design(family: LinearLogitFamily, scores, weights):
+    """Context, features ``X`` and constraint rows ``C`` of one problem (jitted)."""
+    ctx, s = _prepared(family, scores, weights)
+    return ctx, family.features(s, ctx), family.constraints(ctx)
+
+
+@functools.partial(jax.jit, static_argnames=("family",))
+def _design_batch(family: LinearLogitFamily, scores, weights):
+    return jax.vmap(functools.partial(_design.__wrapped__, family))(scores, weights)
+
+
+@functools.partial(jax.jit, static_argnames=("intercept",))
+def _solve_jit(X, targets, weights, C, l2, max_iter, tol, *, intercept):
+    return solve(X, targets, weights, C, l2, intercept=intercept, max_iter=max_iter, tol=tol)
+
+
+@functools.partial(jax.jit, static_argnames=("intercept",))
+def _solve_batch_jit(X, targets, weights, C, l2, max_iter, tol, *, intercept):
+    return solve_batch(X, targets, weights, C, l2, intercept=intercept, max_iter=max_iter, tol=tol)
+
+
+@functools.partial(jax.jit, static_argnames=("family",))
+def _generative_jit(family: LinearLogitFamily, scores, targets, weights, l2):
+    ctx, s = _prepared(family, scores, weights)
+    X, C = family.features(s, ctx), family.constraints(ctx)
+    return _generative(family, X, s, targets, weights, ctx, C, l2)
+
+
+@functools.partial(jax.jit, static_argnames=("family",))
+def _generative_batch_jit(family: LinearLogitFamily, scores, targets, weights, l2):
+    one = functools.partial(_generative_jit.__wrapped__, family)
+    return jax.vmap(one, in_axes=(0, 0, 0, None))(scores, targets, weights, l2)
+
+
 def fit_linear(
     family: LinearLogitFamily,
     scores,
@@ -199,19 +233,22 @@ def fit_linear(
     *,
     method="discriminative",
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
-    """Jitted pure fit of one problem: ``(theta, ctx, status)`` (see ``_solver.solve``)."""
-    ctx, s = _prepared(family, scores, weights)
-    X = family.features(s, ctx)
-    C = family.constraints(ctx)
+    """Pure fit of one problem: ``(theta, ctx, status)`` (see ``_solver.solve``).
+
+    Compiled in two stages: the family's design (context, features, constraints) and the
+    solver, which is jitted on shapes only, so families with the same number of
+    parameters and constraints (beta, Gaussian, Gamma; Platt, exponential) share one
+    compiled solver. Traceable as a whole (usable inside a user's ``jit``).
+    """
     if method == "generative":
-        return _generative(family, X, s, targets, weights, ctx, C, l2)
-    theta, status = solve(
-        X, targets, weights, C, l2, intercept=family.intercept_index, max_iter=max_iter, tol=tol
+        return _generative_jit(family, scores, targets, weights, l2)
+    ctx, X, C = _design(family, scores, weights)
+    theta, status = _solve_jit(
+        X, targets, weights, C, l2, max_iter, tol, intercept=family.intercept_index
     )
     return theta, ctx, status
 
 
-@functools.partial(jax.jit, static_argnames=("family", "method"))
 def fit_linear_batch(
     family: LinearLogitFamily,
     scores,
@@ -223,15 +260,12 @@ def fit_linear_batch(
     *,
     method="discriminative",
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
-    """Jitted fit of ``B`` problems given as ``[B, n]`` arrays (zero weight = masked)."""
-    ctx, s = jax.vmap(functools.partial(_prepared, family))(scores, weights)
-    X = jax.vmap(family.features)(s, ctx)
-    C = jax.vmap(family.constraints)(ctx)
+    """Fit of ``B`` problems given as ``[B, n]`` arrays (zero weight = masked)."""
     if method == "generative":
-        gen = functools.partial(_generative, family)
-        return jax.vmap(gen, in_axes=(0, 0, 0, 0, 0, 0, None))(X, s, targets, weights, ctx, C, l2)
-    theta, status = solve_batch(
-        X, targets, weights, C, l2, intercept=family.intercept_index, max_iter=max_iter, tol=tol
+        return _generative_batch_jit(family, scores, targets, weights, l2)
+    ctx, X, C = _design_batch(family, scores, weights)
+    theta, status = _solve_batch_jit(
+        X, targets, weights, C, l2, max_iter, tol, intercept=family.intercept_index
     )
     return theta, ctx, status
 
@@ -255,9 +289,14 @@ def _generative(family, X, s, t, w, ctx, C, l2):
 
 
 def default_tol(dtype) -> float:
-    """Default Newton-decrement tolerance: ``1e-12`` in float64, ``1e-7`` in float32 (what
-    float32 sums over many scores can resolve)."""
-    return 1e-12 if jnp.dtype(dtype) == jnp.float64 else 1e-7
+    """Default Newton-decrement tolerance: ``1e-18`` in float64, ``1e-9`` in float32.
+
+    The fit stops when half the squared Newton decrement is below ``tol * sum(w)``; the
+    remaining error in the coefficients is then about ``sqrt(tol / curvature)`` (relative),
+    i.e. ~1e-9 in float64. Rounding of the gradient sums leaves a decrement of order
+    ``eps^2 * sum(w)``, far below these thresholds, so they are reachable.
+    """
+    return 1e-18 if jnp.dtype(dtype) == jnp.float64 else 1e-9
 
 
 def _expand(x: jax.Array, batch_ndim: int, ndim: int) -> jax.Array:
@@ -507,6 +546,79 @@ class LinearCalibratorEstimator:
         theta, ctx, status = self._run(fit_linear_batch, s, t, w)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")
         return self._make(theta, ctx, status)
+
+    def fit_bayes(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        sample_weight: ArrayLike | None = None,
+        propensity: ArrayLike | None = None,
+        loss: str = "naive",
+        method: str = "nuts",
+        key: jax.Array,
+        **kwargs: Any,
+    ):
+        """Posterior over this calibrator's map (NUTS or SVI); see ``jaxcal.bayes.fit_bayes``.
+
+        Every posterior draw is monotone on the training range (the prior lives on the
+        constraint values ``u >= 0``). Only the family of this estimator is used; ``l2`` is
+        replaced by the prior. Extra keyword arguments (``num_samples``, ``num_warmup``,
+        ``num_chains``, ``prior``, ...) are passed on.
+
+        Returns:
+            A ``jaxcal.bayes.Posterior`` (``predict``, credible intervals, ``save``).
+
+        Example:
+            >>> post = jaxcal.GaussianCalibration().fit_bayes(s, y, key=jax.random.key(0))
+        """
+        from jaxcal.bayes.inference import fit_bayes
+
+        return fit_bayes(
+            self,
+            scores,
+            labels,
+            sample_weight=sample_weight,
+            propensity=propensity,
+            loss=loss,
+            method=method,
+            key=key,
+            **kwargs,
+        )
+
+    def fit_bayes_batch(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        mask: ArrayLike | None = None,
+        group: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        propensity: ArrayLike | None = None,
+        loss: str = "naive",
+        method: str = "nuts",
+        key: jax.Array,
+        **kwargs: Any,
+    ):
+        """``B`` posteriors in one compiled call; see ``jaxcal.bayes.fit_bayes_batch``.
+
+        Inputs as in :meth:`fit_batch` (``[B, n]`` with ``mask``, or 1-D with ``group``).
+        """
+        from jaxcal.bayes.inference import fit_bayes_batch
+
+        return fit_bayes_batch(
+            self,
+            scores,
+            labels,
+            mask=mask,
+            group=group,
+            sample_weight=sample_weight,
+            propensity=propensity,
+            loss=loss,
+            method=method,
+            key=key,
+            **kwargs,
+        )
 
 
 def coefficient(index: int, doc: str) -> property:

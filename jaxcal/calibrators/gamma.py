@@ -5,9 +5,14 @@ Kweon, Kang & Yu (AAAI 2022). The logit is the exact posterior of class-conditio
 densities of :math:`s'` (``jaxcal.scoremodels.GammaScoreModel``): :math:`a = \alpha_1 -
 \alpha_0`, :math:`b = \beta_0 - \beta_1`.
 
-The shift :math:`\delta = \text{shift}\cdot(s_{\max} - s_{\min})` (default ``shift=0.01``, a
-fraction of the training range, so the calibrator is invariant to rescaling the scores)
-makes every training :math:`s'` positive (:math:`s' \ge \delta`). At ``predict``, scores
+The shift :math:`\delta` makes every training :math:`s'` positive (:math:`s' \ge \delta`).
+By default (``relative_shift=True``) it is a fraction of the training range,
+:math:`\delta = \text{shift}\cdot(s_{\max} - s_{\min})` with ``shift=0.01``, so the
+calibrator is invariant to rescaling the scores; with ``relative_shift=False`` it is the
+absolute :math:`\delta = \text{shift}` (the paper's :math:`s - s_{\min} + \text{shift}`).
+Shifted training scores that are not finite and positive (e.g. overflow of
+:math:`s - s_{\min}` for scores near the float limits, or an absolute shift lost to rounding
+against huge scores) raise ``ValueError``. At ``predict``, scores
 far below :math:`s_{\min}` would give :math:`s' \le 0`; :math:`s'` is clipped below at
 :math:`10^{-3}\delta` there (the map is then flat).
 
@@ -58,10 +63,13 @@ class GammaFamily(LinearLogitFamily):
     :math:`[1/s'_{\min}, 1, 0]`, :math:`[1/s'_{\max}, 1, 0]`.
 
     Args:
-        shift: :math:`\delta` as a fraction of the training range (``> 0``).
+        shift: :math:`\delta` as a fraction of the training range (``> 0``), or the absolute
+            :math:`\delta` when ``relative_shift`` is false.
+        relative_shift: whether ``shift`` is relative to the training range.
     """
 
     shift: float = 0.01
+    relative_shift: bool = True
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b", "c")
     intercept_index: ClassVar[int | None] = 2
@@ -71,8 +79,11 @@ class GammaFamily(LinearLogitFamily):
             raise ValueError(f"shift must be a finite number > 0; got {self.shift!r}.")
 
     def delta(self, ctx: ScoreRange) -> jax.Array:
-        """The absolute shift :math:`\\delta = \\text{shift}\\,(s_{\\max} - s_{\\min})`."""
-        return self.shift * (ctx.hi - ctx.lo)
+        """The absolute shift: ``shift * (s_max - s_min)``, or ``shift`` when
+        ``relative_shift`` is false."""
+        if self.relative_shift:
+            return self.shift * (ctx.hi - ctx.lo)
+        return jnp.full_like(ctx.hi - ctx.lo, self.shift)
 
     def transform(self, scores: ArrayLike, ctx: ScoreRange) -> jax.Array:
         """:math:`s' = \\max(s - s_{\\min} + \\delta, 10^{-3}\\delta)`."""
@@ -93,11 +104,15 @@ class GammaFamily(LinearLogitFamily):
     def check_scores(self, scores: np.ndarray, weights: np.ndarray) -> None:
         super().check_scores(scores, weights)
         s = scores[weights > 0]
-        shifted = s - s.min() + self.shift * (s.max() - s.min())
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = self.shift * (s.max() - s.min()) if self.relative_shift else self.shift
+            shifted = s - s.min() + delta
         if not (np.isfinite(shifted).all() and (shifted > 0).all()):
+            what = "shift * (s_max - s_min)" if self.relative_shift else "shift"
             raise ValueError(
-                "shifted scores s - s_min + shift * (s_max - s_min) must be finite and > 0; "
-                f"got range [{shifted.min():.6g}, {shifted.max():.6g}]. Rescale the scores."
+                f"GammaCalibration needs shifted scores s - s_min + {what} that are finite and "
+                f"> 0; got range [{np.min(shifted):.6g}, {np.max(shifted):.6g}]. Rescale the "
+                "scores (e.g. standardise them) or use a larger shift."
             )
 
     def generative(self, scores, targets, weights, ctx):
@@ -130,6 +145,7 @@ class GammaCalibration(LinearCalibratorEstimator):
     """
 
     shift: float = 0.01
+    relative_shift: bool = True
     l2: float = 0.0
     method: str = "discriminative"
     max_iter: int = 100
@@ -140,4 +156,4 @@ class GammaCalibration(LinearCalibratorEstimator):
 
     @property
     def family(self) -> GammaFamily:
-        return GammaFamily(shift=float(self.shift))
+        return GammaFamily(shift=float(self.shift), relative_shift=bool(self.relative_shift))

@@ -89,8 +89,8 @@ class GaussianCalibration(LinearCalibratorEstimator):
         l2: L2 penalty :math:`\\tfrac{l_2}{2}(a^2 + b^2)` (not on the intercept).
         method: ``"discriminative"`` (constrained, default) or ``"generative"``.
         max_iter: Newton iterations per candidate active set.
-        tol: Newton-decrement tolerance relative to the total weight (default ``1e-12`` in
-            float64, ``1e-7`` in float32).
+        tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
+            float64, ``1e-9`` in float32).
     """
 
     l2: float = 0.0

@@ -70,8 +70,8 @@ class PlattScaling(LinearCalibratorEstimator):
         method: only ``"discriminative"`` (for the generative equal-variance Gaussian fit use
             ``GaussianCalibration`` / ``jaxcal.scoremodels``).
         max_iter: Newton iterations per candidate active set.
-        tol: Newton-decrement tolerance relative to the total weight (default ``1e-12`` in
-            float64, ``1e-7`` in float32).
+        tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
+            float64, ``1e-9`` in float32).
     """
 
     l2: float = 0.0

@@ -47,7 +47,7 @@ class ExponentialScoreModel(ScoreModel):
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Exponential(rate_y)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         with numpyro.plate("class", 2):
             rate = numpyro.sample("rate", dist.LogNormal(0.0, self.rate_scale))
         _observe(dist.Exponential(rate[labels]), scores, sample_weight, n)

@@ -93,7 +93,7 @@ class GammaScoreModel(ScoreModel):
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Gamma(alpha_y, beta_y)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         with numpyro.plate("class", 2):
             alpha = numpyro.sample("alpha", dist.LogNormal(0.0, self.shape_scale))
             beta = numpyro.sample("beta", dist.LogNormal(0.0, self.rate_scale))

@@ -35,10 +35,16 @@ __all__ = [
 ]
 
 
-def _label_prior(labels, n):
+def _label_prior(labels, n, sample_weight=None):
+    """``pi1 ~ Beta(1, 1)``, ``labels ~ Bernoulli(pi1)`` (weighted like the scores, so that
+    the posterior mode of ``pi1`` is the weighted class share, as in ``fit_weighted``)."""
     pi1 = numpyro.sample("pi1", dist.Beta(1.0, 1.0))
-    with numpyro.plate("data", n):
-        numpyro.sample("labels", dist.Bernoulli(pi1), obs=labels)
+    if sample_weight is None:
+        with numpyro.plate("data", n):
+            numpyro.sample("labels", dist.Bernoulli(pi1), obs=labels)
+    else:
+        loglik = dist.Bernoulli(pi1).log_prob(labels)
+        numpyro.factor("labels_loglik", jnp.sum(jnp.asarray(sample_weight) * loglik))
     return pi1
 
 
@@ -88,7 +94,7 @@ class GaussianScoreModel(ScoreModel):
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd_y^2)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         with numpyro.plate("class", 2):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
             sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
@@ -150,7 +156,7 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd^2)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         with numpyro.plate("class", 2):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))

@@ -68,7 +68,7 @@ class KanoulasScoreModel(ScoreModel):
         ``s | 1 ~ N(mu1, sd1^2)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         alpha0 = numpyro.sample("alpha0", dist.LogNormal(0.0, self.shape_scale))
         beta0 = numpyro.sample("beta0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))

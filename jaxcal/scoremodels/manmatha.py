@@ -61,7 +61,7 @@ class ManmathaScoreModel(ScoreModel):
         ``s | 1 ~ N(mu1, sd1^2)``."""
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))

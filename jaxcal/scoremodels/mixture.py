@@ -133,7 +133,7 @@ class GaussianMixtureScoreModel(ScoreModel):
         K = self.n_components
         labels = jnp.asarray(labels).astype(jnp.int32)
         n = labels.shape[0]
-        _label_prior(labels, n)
+        _label_prior(labels, n, sample_weight)
         with numpyro.plate("class", 2):
             rho = numpyro.sample("rho", dist.Dirichlet(jnp.ones(K)))
         mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale).expand([2, K]).to_event(2))
