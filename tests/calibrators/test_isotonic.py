@@ -180,9 +180,7 @@ def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
     assert _auc(np.asarray(step.predict(s)), y) == pytest.approx(hull.volume, abs=1e-12)
     assert hull.volume >= _auc(s, y)
     fresh = rng.normal(size=n)  # off the training points, interpolation breaks the steps
-    assert (
-        np.unique(np.asarray(plain.predict(fresh))).size > 2 * np.unique(step.predict(fresh)).size
-    )
+    assert np.unique(np.asarray(plain.predict(fresh))).size > np.unique(step.predict(fresh)).size
 
 
 def test_trim_and_ips_targets_clipped():
