@@ -267,8 +267,9 @@ class Ranker:
 
         Args:
             train: a ``[n_users, n_items]`` matrix whose non-zero entries are positive
-                interactions, a ``(users, items[, values])`` tuple, or an object with
-                ``users`` / ``items`` attributes (``jaxcal.data.Interactions``).
+                interactions, a ``(users, items[, values])`` tuple, a
+                ``jaxcal.data.Interactions`` (zero ratings are not positives), or an
+                object with ``users`` / ``items`` attributes.
             key: PRNG key (initialisation and on-device sampling).
             n_users: number of users (pairs input only; default ``max(users) + 1``).
             n_items: number of items (pairs input only; default ``max(items) + 1``).
