@@ -93,13 +93,14 @@ def nuts_chains(
             dense_mass=dense_mass,
             rng_key=key,
         )
-        state = jax.lax.fori_loop(0, num_warmup, lambda _, s: sample_kernel(s), state)
 
+        # one scan over warm-up and sampling (the kernel is traced and compiled once)
         def step(s, _):
             s = sample_kernel(s)
             return s, (s.z, s.diverging, s.num_steps, s.accept_prob)
 
-        _, (z, div, steps, acc) = jax.lax.scan(step, state, None, length=num_samples)
+        _, out = jax.lax.scan(step, state, None, length=num_warmup + num_samples)
+        z, div, steps, acc = jax.tree_util.tree_map(lambda x: x[num_warmup:], out)
         return z, {"diverging": div, "num_steps": steps, "accept_prob": acc}
 
     return jax.vmap(one)(init_params, keys)

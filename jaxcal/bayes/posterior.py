@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+# jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
+import jaxcal.debias.losses  # noqa: F401
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators._base import maybe_check_scores
 from jaxcal.calibrators._linear import LinearLogitFamily, ScoreRange

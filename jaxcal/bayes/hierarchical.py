@@ -1,0 +1,300 @@
+r"""Hierarchical calibration: partially pooled calibration maps across groups.
+
+The same score can mean 30% for one user and 90% for another; with little data per group an
+independent map per group is noisy and one global map ignores the difference. Partial
+pooling (Gelman et al., BDA3 ch. 5; the non-centred form of Papaspiliopoulos, Roberts and
+Sköld 2007) lets a small group borrow strength from the others. For group :math:`g` with
+standardised constraint values :math:`\beta_g \ge 0` and intercept :math:`\alpha_g` (the
+coordinates of :mod:`jaxcal.bayes.linear`, standardised over *all* groups' scores, so that
+every group's map is monotone on the common score range):
+
+.. math::
+    \log\beta_{gj} = \mu_j + \tau_j\,\varepsilon_{gj}, \qquad
+    \alpha_g = \mu_\alpha + \tau_\alpha\,\eta_g, \qquad
+    \varepsilon_{gj}, \eta_g \sim \mathcal N(0, 1),
+
+.. math::
+    \mu_j \sim \mathcal N(0, 1.5^2), \quad \mu_\alpha \sim \mathcal N(0, 5^2), \quad
+    \tau_j, \tau_\alpha \sim \text{HalfNormal}(1),
+
+and :math:`z_i = \alpha_{g_i} + \sum_j \beta_{g_i j}\,\tilde G_{ij}` with the weighted
+logistic log-likelihood of the point fit. :math:`\tau \to 0` is one global map,
+:math:`\tau \to \infty` independent maps; the data choose in between. Every draw of every
+group is monotone (:math:`\beta = e^{(\cdot)} > 0`). Sampling is NUTS on the non-centred
+parameters (:func:`jaxcal.bayes.nuts_chains`, chains vectorised).
+
+Example:
+    >>> post = fit_hierarchical(jaxcal.PlattScaling(), scores, labels, group=user_ids,
+    ...                         key=jax.random.key(0))
+    >>> p = post.predict(test_scores, group=test_user_ids)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.typing import ArrayLike
+from numpyro.infer.util import constrain_fn, potential_energy
+
+# jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
+import jaxcal.debias.losses  # noqa: F401
+from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._validation import check_groups
+from jaxcal.bayes.inference import (
+    INIT_RADIUS,
+    _check_key,
+    _positive_int,
+    family_of,
+    nuts_chains,
+)
+from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
+from jaxcal.bayes.posterior import Posterior
+from jaxcal.calibrators._base import maybe_check_scores, prepare_fit
+
+__all__ = ["fit_hierarchical", "hierarchical_model", "HierarchicalPosterior"]
+
+HYPER_SLOPE_LOC_SCALE = 1.5
+HYPER_INTERCEPT_SCALE = 5.0
+HYPER_TAU_SCALE = 1.0
+_CHUNK = 512
+
+
+def hierarchical_model(
+    design: Design, rows: jax.Array, n_groups: int, *, has_intercept: bool
+) -> None:
+    """NumPyro model of partially pooled linear-logit maps (non-centred; module docstring).
+
+    Args:
+        design: the standardised design of all groups' data together.
+        rows: ``[n]`` group row of each entry (``0 .. n_groups - 1``).
+        n_groups: number of groups ``G`` (static).
+        has_intercept: whether the family has an intercept.
+    """
+    k = design.basis.shape[-1]
+    mu = numpyro.sample(
+        "mu_slope", dist.Normal(0.0, HYPER_SLOPE_LOC_SCALE).expand((k,)).to_event(1)
+    )
+    tau = numpyro.sample("tau_slope", dist.HalfNormal(HYPER_TAU_SCALE).expand((k,)).to_event(1))
+    with numpyro.plate("groups", n_groups):
+        eps = numpyro.sample("eps_slope", dist.Normal(0.0, 1.0).expand((k,)).to_event(1))
+        if has_intercept:
+            eta = numpyro.sample("eps_intercept", dist.Normal(0.0, 1.0))
+    beta = numpyro.deterministic("slope", jnp.exp(mu + tau * eps))  # [G, k] > 0: monotone
+    if has_intercept:
+        mu_a = numpyro.sample("mu_intercept", dist.Normal(0.0, HYPER_INTERCEPT_SCALE))
+        tau_a = numpyro.sample("tau_intercept", dist.HalfNormal(HYPER_TAU_SCALE))
+        alpha = numpyro.deterministic("intercept", mu_a + tau_a * eta)
+    else:
+        alpha = jnp.zeros(n_groups, design.basis.dtype)
+    z = alpha[rows] + jnp.sum(design.basis * beta[rows], axis=-1)
+    with numpyro.plate("data", design.basis.shape[0]):
+        numpyro.factor("loglik", -design.weights * (jax.nn.softplus(z) - design.targets * z))
+
+
+def _latent_shapes(k: int, G: int, has_intercept: bool) -> dict[str, tuple[int, ...]]:
+    shapes = {"mu_slope": (k,), "tau_slope": (k,), "eps_slope": (G, k)}
+    if has_intercept:
+        shapes.update(mu_intercept=(), tau_intercept=(), eps_intercept=(G,))
+    return shapes
+
+
+@functools.partial(jax.jit, static_argnames=("family", "cfg", "n_groups"))
+def _fit(family, cfg, n_groups, scores, targets, weights, rows, key):
+    num_chains, num_warmup, num_samples, target, depth = cfg
+    design = make_design(family, scores, targets, weights)
+    has_c = family.intercept_index is not None
+    args, kw = (design, rows, n_groups), {"has_intercept": has_c}
+    pot = functools.partial(potential_energy, hierarchical_model, args, kw)
+    k = design.basis.shape[-1]
+    k_init, k_run = jax.random.split(key)
+    shapes = _latent_shapes(k, n_groups, has_c)
+    init_keys = jax.random.split(k_init, len(shapes))
+    dtype = design.basis.dtype
+    init = {
+        name: jax.random.uniform(kk, (num_chains, *shape), dtype, -INIT_RADIUS, INIT_RADIUS)
+        for kk, (name, shape) in zip(init_keys, shapes.items(), strict=True)
+    }
+    z, stats = nuts_chains(
+        pot,
+        init,
+        jax.random.split(k_run, num_chains),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        target_accept_prob=target,
+        max_tree_depth=depth,
+    )
+    constrain = functools.partial(
+        constrain_fn, hierarchical_model, args, kw, return_deterministic=True
+    )
+    draws = jax.vmap(jax.vmap(constrain))(z)  # leaves [C, S, ...]
+    beta = draws["slope"]  # [C, S, G, k]
+    alpha = draws["intercept"] if has_c else jnp.zeros(beta.shape[:-1], dtype)
+    one = functools.partial(theta_from_standardised, family, design=design)
+    f = lambda b, a: one(b, a)  # noqa: E731
+    for _ in range(3):
+        f = jax.vmap(f)
+    theta = jnp.moveaxis(f(beta, alpha), 2, 0)  # [G, C, S, p]
+    hyper = {n: draws[n] for n in ("mu_slope", "tau_slope", "mu_intercept", "tau_intercept")
+             if n in draws}  # fmt: skip
+    return theta, design.context, hyper, stats
+
+
+@functools.partial(jax.jit, static_argnames=("family", "what"))
+def _entry_summaries(family, theta, ctx, scores, rows, qs, *, what):
+    th = theta.reshape(theta.shape[0], -1, theta.shape[-1])  # [G, D, p]
+
+    def one(args):
+        s, r = args
+        p = jax.nn.sigmoid(th[r] @ family.features(s, ctx))  # [D]
+        return jnp.mean(p) if what == "mean" else jnp.quantile(p, qs)
+
+    return jax.lax.map(one, (scores, rows), batch_size=_CHUNK)
+
+
+@pytree_dataclass
+class HierarchicalPosterior:
+    """Posterior of partially pooled calibration maps (see the module docstring).
+
+    Attributes:
+        groups: per-group posterior (a :class:`~jaxcal.bayes.posterior.Posterior` with
+            batch shape ``(G,)``; row ``g`` is group ``group_ids[g]``).
+        group_ids: ``[G]`` sorted group ids.
+        hyper: population draws ``mu_slope`` / ``tau_slope`` (``[C, S, k]``) and
+            ``mu_intercept`` / ``tau_intercept`` (``[C, S]``), standardised scale.
+    """
+
+    groups: Posterior
+    group_ids: jax.Array
+    hyper: dict
+    method: str = static_field(default="hierarchical-nuts")
+
+    def _rows(self, scores, group) -> tuple[jax.Array, jax.Array]:
+        s = np.asarray(maybe_check_scores(scores), np.float64).reshape(-1)
+        g = check_groups(group, s.shape[0])
+        ids = np.asarray(self.group_ids)
+        rows = np.searchsorted(ids, g)
+        rows = np.minimum(rows, ids.size - 1)
+        unknown = ids[rows] != g
+        if unknown.any():
+            raise ValueError(
+                f"group ids {sorted(set(np.asarray(g)[unknown].tolist()))[:5]} were not in the "
+                "training data; this posterior only predicts for its training groups."
+            )
+        dtype = self.groups.theta.dtype
+        return jnp.asarray(s, dtype), jnp.asarray(rows, jnp.int32)
+
+    def _ctx(self):
+        return jax.tree_util.tree_map(lambda x: x[0], self.groups.context)
+
+    def predict(self, scores: ArrayLike, group: ArrayLike) -> jax.Array:
+        """Posterior mean probability of each entry under its group's map (``[n]``).
+
+        Raises:
+            ValueError: invalid scores, or a group id not seen in training.
+        """
+        s, rows = self._rows(scores, group)
+        fam = self.groups.family
+        return _entry_summaries(fam, self.groups.theta, self._ctx(), s, rows, None, what="mean")
+
+    def interval(
+        self, scores: ArrayLike, group: ArrayLike, level: float = 0.9
+    ) -> tuple[jax.Array, jax.Array]:
+        """Equal-tailed credible interval per entry: ``(lower, upper)``, each ``[n]``."""
+        if not 0.0 < float(level) < 1.0:
+            raise ValueError(f"level must be in (0, 1); got {level!r}.")
+        s, rows = self._rows(scores, group)
+        qs = jnp.asarray([(1 - level) / 2, (1 + level) / 2], s.dtype)
+        fam = self.groups.family
+        out = _entry_summaries(fam, self.groups.theta, self._ctx(), s, rows, qs, what="q")
+        return out[:, 0], out[:, 1]
+
+    def diagnostics(self) -> dict:
+        """Per-group coefficient diagnostics (``[G]`` arrays, as ``Posterior.diagnostics``)
+        plus split-R-hat / ESS of the population parameters (``"hyper"``)."""
+        from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+        out = self.groups.diagnostics()
+        out["divergences"] = int(np.sum(np.asarray(self.groups.stats["diverging"])[0]))
+        hyper = {}
+        for name, v in self.hyper.items():
+            v = np.asarray(v).reshape(v.shape[0], v.shape[1], -1)
+            hyper[name] = {
+                "r_hat": [float(split_gelman_rubin(v[..., j])) for j in range(v.shape[-1])],
+                "ess": [float(effective_sample_size(v[..., j])) for j in range(v.shape[-1])],
+            }
+        out["hyper"] = hyper
+        return out
+
+
+def fit_hierarchical(
+    calibrator,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    group: ArrayLike,
+    sample_weight: ArrayLike | None = None,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+    key: jax.Array,
+    num_samples: int = 1000,
+    num_warmup: int = 500,
+    num_chains: int = 4,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+) -> HierarchicalPosterior:
+    """Partially pooled calibration maps across groups (NUTS; model in the module doc).
+
+    Args:
+        calibrator: a parametric estimator (``jaxcal.PlattScaling()``,
+            ``jaxcal.GaussianCalibration()``, ...) or its family.
+        scores, labels: ``[n]`` training data of all groups.
+        group: ``[n]`` integer group ids (users, segments, fields).
+        sample_weight, propensity, loss: as in the point fit (``jaxcal.debias.losses``).
+        key: PRNG key (keyword-only, required).
+        num_samples, num_warmup, num_chains, target_accept_prob, max_tree_depth: NUTS.
+
+    Returns:
+        A :class:`HierarchicalPosterior`; ``predict(scores, group)`` / ``interval``.
+
+    Raises:
+        ValueError: invalid data (pooled over groups: NaN, labels not 0/1, one class overall,
+            bad group ids, ...) or settings. A group with one class only is fine: it borrows
+            the slope from the population.
+    """
+    family = family_of(calibrator)
+    data = prepare_fit(
+        scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+    )
+    family.check_scores(data.scores, data.weights)
+    g = check_groups(group, data.scores.shape[0])
+    ids, rows = np.unique(g, return_inverse=True)
+    if not 0.0 < float(target_accept_prob) < 1.0:
+        raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
+    cfg = (
+        _positive_int(num_chains, "num_chains"),
+        _positive_int(num_warmup, "num_warmup", 0),
+        _positive_int(num_samples, "num_samples"),
+        float(target_accept_prob),
+        _positive_int(max_tree_depth, "max_tree_depth"),
+    )
+    key = _check_key(key)
+    dtype = jnp.asarray(0.0).dtype
+    args = [jnp.asarray(a, dtype) for a in (data.scores, data.targets, data.weights)]
+    theta, ctx, hyper, stats = _fit(
+        family, cfg, int(ids.size), *args, jnp.asarray(rows, jnp.int32), key
+    )
+    G = int(ids.size)
+    rep = lambda x: jnp.broadcast_to(x, (G, *jnp.shape(x)))  # noqa: E731
+    groups = Posterior(
+        theta=theta,
+        context=jax.tree_util.tree_map(rep, ctx),
+        stats=jax.tree_util.tree_map(rep, stats),
+        family=family,
+        method="hierarchical-nuts",
+    )
+    return HierarchicalPosterior(groups=groups, group_ids=jnp.asarray(ids), hyper=hyper)
