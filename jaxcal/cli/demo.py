@@ -326,6 +326,8 @@ def _fraction(text: str) -> float:
 
 
 def _names(text: str) -> list[str]:
+    if text.strip() == "all":
+        return list(CALIBRATORS)
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in CALIBRATORS]
     if unknown or not names:
@@ -349,7 +351,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         ),
         epilog=(
             "Columns: ECE and MCE with N_BINS equal-width bins (MCE ignores bins with under "
-            "0.01%% of the pairs), NLL = mean log-loss, AUC = ROC AUC, all against the test "
+            "0.01% of the pairs), NLL = mean log-loss, AUC = ROC AUC, all against the test "
             "pairs' relevance R ~ Bernoulli(r); RMSE(r) = distance to the true probabilities "
             "r. Plots need matplotlib (pip install 'jaxcal[plot]'). Runs in float64."
         ),
@@ -369,8 +371,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "item-popularity estimates (jaxcal.debias.popularity_propensity)",
     )  # fmt: skip
     parser.add_argument(
-        "--calibrators", type=_names, default=list(CALIBRATORS), metavar="NAME[,NAME...]",
-        help="comma-separated subset of: " + ", ".join(CALIBRATORS),
+        "--calibrators", type=_names, default="all", metavar="NAME[,NAME...]",
+        help="'all', or a comma-separated subset of: " + ", ".join(CALIBRATORS),
     )  # fmt: skip
     parser.add_argument(
         "--out", type=Path, default=Path("jaxcal-demo"),
