@@ -187,7 +187,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/borisov2018"))
     parser.add_argument("--data-dir", type=Path, default=None, help="default: shared data")
     parser.add_argument(
-        "--sim-sessions", type=int, default=100_000, help="simulated training sessions (0: skip)"
+        "--sim-sessions", type=int, default=20_000, help="simulated training sessions (0: skip)"
     )
     parser.add_argument("--models", default=",".join(PAPER_MODELS))
     parser.add_argument("--max-iter", type=int, default=50)
