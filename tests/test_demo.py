@@ -220,7 +220,9 @@ def test_popularity_propensities(truth):
         demo.run_demo(n_users=5, n_items=5, calibrators=["Nope"])
 
 
-@pytest.mark.parametrize("page", ["tutorial.md", "metrics.md"])
+@pytest.mark.parametrize(
+    "page", [pytest.param("tutorial.md", marks=pytest.mark.slow), "metrics.md"]
+)
 def test_docs_code_blocks_run(page, tmp_path):
     """Every ```python block of the page, concatenated in order, runs in a fresh process."""
     import re
