@@ -242,8 +242,9 @@ def _grouped_bin_ids(p: np.ndarray, g: np.ndarray, n_bins: int, strategy: str) -
     if strategy == "uniform":
         return _bin_ids(p, n_bins, strategy)
     out = np.empty(p.shape[0], np.int32)
-    for j in np.unique(g):
-        idx = np.flatnonzero(g == j)
+    order = np.argsort(g, kind="stable")  # one sort, then contiguous slices per group
+    starts = np.flatnonzero(np.diff(g[order], prepend=-1))
+    for idx in np.split(order, starts[1:]):
         out[idx] = _bin_ids(p[idx], n_bins, strategy)
     return out
 
