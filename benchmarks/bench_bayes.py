@@ -95,6 +95,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="n = 1e3 only, no netcal at 1e4")
     ap.add_argument("--no-netcal", action="store_true")
+    ap.add_argument("--cals", default="platt,gaussian", help="comma-separated subset")
+    ap.add_argument("--no-batch", action="store_true", help="skip the batch-of-100 part")
     ap.add_argument("--netcal-draws", type=int, default=DRAWS)
     ap.add_argument("--netcal-warmup", type=int, default=WARMUP)
     ap.add_argument("--netcal-max-n", type=int, default=10**9, help="skip netcal above this n")
@@ -103,6 +105,8 @@ def main():
     cals = {"platt": jaxcal.PlattScaling(), "gaussian": jaxcal.GaussianCalibration()}
     rows = []
     for name, cal in cals.items():
+        if name not in args.cals.split(","):
+            continue
         for n in sizes:
             s, y = simulate(n, 0, name)
             log(f"[bench_bayes] jaxcal {name} n={n} ...")
@@ -135,6 +139,8 @@ def main():
             line += "| - | - | - | - |"
         print(line, flush=True)
 
+    if args.no_batch:
+        return
     # ---- 100 independent posteriors: one vectorised call vs a Python loop
     B, n, loop_n = 100, 1000, 10
     rng = np.random.default_rng(1)

@@ -202,7 +202,8 @@ def test_sample_weights_equal_replicated_data():
     prior = check_prior(None, 1)
     kw = {"prior": prior, "has_intercept": True}
     d_w = design_of(cal, s, y, w)
-    d_r = design_of(cal, np.repeat(s, w.astype(int)), np.repeat(y, w.astype(int)), None)
+    reps = w.astype(int)
+    d_r = design_of(cal, np.repeat(s, reps), np.repeat(y, reps), np.ones(reps.sum()))
     for x in ([0.3, -0.2], [-1.0, 1.0]):
         # same map theta in both designs: express it in each design's standardised coords
         theta = np.array([np.exp(x[0]), x[1]])
