@@ -250,7 +250,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--knots", type=int, default=10, help="knots of the neural eta")
     parser.add_argument("--isotonic-penalty", type=float, default=1.0)
     parser.add_argument("--l2", type=float, default=1e-2, help="L2 on the field network")
-    parser.add_argument("--steps", type=int, default=500, help="Adam steps (full batch)")
+    parser.add_argument("--steps", type=int, default=1500, help="Adam steps (full batch)")
     parser.add_argument("--no-plots", action="store_true")
 
 
