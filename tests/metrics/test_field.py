@@ -256,7 +256,7 @@ def test_bad_inputs_raise(call, match):
 # ---------------------------------------------------------------- hypothesis properties
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)  # every new n compiles once
 @given(
     hnp.arrays(np.float64, st.integers(1, 40), elements=st.floats(0.0, 1.0)),
     st.integers(1, 5),
