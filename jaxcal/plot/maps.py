@@ -121,7 +121,7 @@ def calibration_map(
         axh.tick_params(axis="y", colors="0.4")
         ax.set_zorder(axh.get_zorder() + 1)
         ax.patch.set_visible(False)
-        axh.legend(loc="center left", fontsize=8, frameon=False)
+        axh.legend(loc="lower right", fontsize=8, frameon=False)
     for name, p in curves.items():
         ax.plot(grid, p, linewidth=1.8, label=name)
     if ref is not None:
@@ -132,7 +132,8 @@ def calibration_map(
     ax.set_xlabel("score s")
     ax.set_ylabel("calibrated probability P(y = 1 | s)")
     ax.grid(alpha=0.25)
-    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    ncols = 2 if len(curves) + (ref is not None) > 6 else 1
+    ax.legend(loc="upper left", fontsize=8, frameon=False, ncols=ncols)
     if title:
         ax.set_title(title)
     return save_figure(fig, path, dpi=dpi)
