@@ -12,7 +12,7 @@ import sys
 
 __all__ = ["main", "build_parser"]
 
-_COMMANDS = ("demo", "reproduce")
+_COMMANDS = ("demo", "reproduce", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
