@@ -50,8 +50,9 @@ def _install_torch_shim() -> None:
 
     def bce(est, gt, reduction="sum"):
         p, y = est.a.astype(np.float32), gt.a.astype(np.float32)
-        lp = np.maximum(np.log(p), -100.0)
-        lq = np.maximum(np.log1p(-p), -100.0)
+        with np.errstate(divide="ignore"):  # log(0) = -inf, clamped at -100 like torch
+            lp = np.maximum(np.log(p), -100.0)
+            lq = np.maximum(np.log1p(-p), -100.0)
         return _T(np.sum(-(y * lp + (1 - y) * lq), dtype=np.float32))
 
     class _Mod(types.ModuleType):
