@@ -108,13 +108,22 @@ def _runs(x: jax.Array, group: jax.Array | None):
     return run.astype(jnp.int32), gpos.astype(jnp.int32)
 
 
-def _merge_level(state, level: int, size: int):
-    """Merge every adjacent pair of isotonic segments of ``2**level`` positions."""
+_UNROLLED = 6
+
+
+def _merge_level(state, level, size: int, n_slots: int):
+    """Merge every adjacent pair of isotonic segments of ``2**level`` positions.
+
+    ``level`` may be traced (the upper levels run in one ``fori_loop``, compiled once):
+    there are ``n_slots`` pair slots, of which the first ``size >> (level + 1)`` are real.
+    """
     sy, sw, grp, start, end, is_start = state
-    half = 1 << level
-    a = jnp.arange(0, size, 2 * half)
-    m = a + half
-    b = a + 2 * half
+    half = jnp.left_shift(1, level)
+    k = jnp.arange(n_slots)
+    real = k < jnp.right_shift(size, level + 1)
+    a = jnp.where(real, k * 2 * half, 0)
+    m = jnp.where(real, a + half, 0)
+    b = jnp.where(real, a + 2 * half, 0)
 
     def violates(s1y, s1w, s2y, s2w):  # mean(1) >= mean(2), or a zero-weight block
         return (s1w == 0) | (s2w == 0) | (s1y * s2w >= s2y * s1w)
@@ -142,12 +151,12 @@ def _merge_level(state, level: int, size: int):
         csw = csw + jnp.where(left, lsw, 0) + jnp.where(right, rsw, 0)
         return cs, ce, csy, csw, is_start, left | right
 
-    active = jnp.ones(a.shape, bool)
-    cs, ce, csy, csw, is_start, _ = lax.while_loop(cond, body, (cs, ce, csy, csw, is_start, active))
-    sy = sy.at[cs].set(csy)
-    sw = sw.at[cs].set(csw)
-    end = end.at[cs].set(ce)
-    start = start.at[ce].set(cs)
+    cs, ce, csy, csw, is_start, _ = lax.while_loop(cond, body, (cs, ce, csy, csw, is_start, real))
+    drop = jnp.where(real, cs, size)
+    sy = sy.at[drop].set(csy, mode="drop")
+    sw = sw.at[drop].set(csw, mode="drop")
+    end = end.at[drop].set(ce, mode="drop")
+    start = start.at[jnp.where(real, ce, size)].set(cs, mode="drop")
     return sy, sw, grp, start, end, is_start
 
 
@@ -183,8 +192,17 @@ def pav(
     run_x = jax.ops.segment_max(x, run, num_segments=size)
     run_group = jnp.where(real, jax.ops.segment_max(gpos, run, num_segments=size), -1 - pos)
     state = (sy, sw, run_group, pos, pos, jnp.ones(size, bool))
-    for level in range(max(size.bit_length() - 1, 0)):
-        state = _merge_level(state, level, size)
+    # The low levels (most of the work) are unrolled with exact static sizes; the remaining
+    # levels share one compiled loop body with size >> (_UNROLLED + 1) pair slots, which keeps
+    # compilation time flat in n at a negligible cost in work.
+    n_levels = max(size.bit_length() - 1, 0)
+    for level in range(min(n_levels, _UNROLLED)):
+        state = _merge_level(state, level, size, size >> (level + 1))
+    if n_levels > _UNROLLED:
+        slots = size >> (_UNROLLED + 1)
+        state = lax.fori_loop(
+            _UNROLLED, n_levels, lambda lv, st: _merge_level(st, lv, size, slots), state
+        )
     sy, sw, _, _, _, is_start = state
     value_at_start = jnp.where(is_start & (sw > 0), sy / jnp.where(sw > 0, sw, 1), 0)
     block_of = lax.cummax(jnp.where(is_start, pos, 0))
