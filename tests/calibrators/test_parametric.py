@@ -511,7 +511,7 @@ def _base():
 @pytest.mark.parametrize("name", FAMILIES)
 def test_bad_input_raises_value_error(name, mutate, match):
     if name == "temperature" and match == "equal":
-        pytest.skip("equal non-zero logits identify the temperature (checked separately)")
+        pytest.skip("temperature scaling is identified by equal non-zero logits (no error)")
     s, y, kw = mutate(*_base())
     with pytest.raises(ValueError, match=match):
         ESTIMATORS[name]().fit(s, y, **kw)
@@ -573,3 +573,20 @@ def test_predict_rejects_nan_but_extrapolates_outside_the_range():
         assert np.all(np.isfinite(np.asarray(fitted.predict(far))))
         with pytest.raises(ValueError, match="non-finite"):
             fitted.predict(np.array([0.0, np.nan]))
+
+
+@pytest.mark.slow  # compiles SVI
+def test_fit_bayes_delegates_to_jaxcal_bayes():
+    """The method forwards every argument: same key, same draws as the function."""
+    from jaxcal.bayes.inference import fit_bayes
+
+    s, y, w = make_data("free", seed=110)
+    kw = dict(sample_weight=w, method="svi", num_steps=50, num_samples=20)
+    key = jax.random.key(0)
+    a = GaussianCalibration().fit_bayes(s, y, key=key, **kw)
+    b = fit_bayes(GaussianCalibration(), s, y, key=key, **kw)
+    np.testing.assert_array_equal(np.asarray(a.theta), np.asarray(b.theta))
+    grid = np.linspace(s.min(), s.max(), 201)
+    draws = np.asarray(a.theta).reshape(-1, 3)
+    z = draws[:, :1] * grid**2 + draws[:, 1:2] * grid + draws[:, 2:]
+    assert np.all(np.diff(z, axis=1) >= -1e-9 * (1 + np.abs(z[:, 1:])))  # every draw monotone
