@@ -87,6 +87,7 @@ def test_nuts_and_svi_agree(nuts, svi):
     assert np.all(np.abs(s2 / s1 - 1) < SD_RTOL)
 
 
+@pytest.mark.slow
 def test_svi_minibatch_matches_full_batch(data, svi):
     """The minibatch log-likelihood is scaled by n / batch: same posterior as full batch.
     Without the scaling the sd would be sqrt(10) ~ 3.2x too large (netcal's bug)."""
@@ -101,6 +102,7 @@ def test_svi_minibatch_matches_full_batch(data, svi):
     assert np.all(np.abs(s2 / s1 - 1) < SD_RTOL)
 
 
+@pytest.mark.slow
 def test_coverage_of_90_percent_intervals():
     """Simulated from a known Platt map: the 90% interval of P(y=1|s) covers the truth at
     >= 85% of a grid, averaged over 48 seeds (one vectorised call). Intervals must not be
@@ -119,6 +121,7 @@ def test_coverage_of_90_percent_intervals():
     assert bool(np.all(post.is_monotone()))
 
 
+@pytest.mark.slow
 def test_posterior_mean_approaches_point_fit():
     """|E[p(s)] - p_MLE(s)| shrinks with n (posterior mean and MLE differ by O(1/n)); the
     MLE is scipy's. The three sizes are masked rows of one batch (one compile)."""
@@ -144,6 +147,7 @@ def test_posterior_mean_approaches_point_fit():
     assert gaps[2] < 0.005
 
 
+@pytest.mark.slow
 def test_batch_equals_loop():
     S, Y = zip(*(simulate_platt(120, 20 + b) for b in range(3)), strict=True)
     kw = dict(num_samples=60, num_warmup=60, num_chains=2)
