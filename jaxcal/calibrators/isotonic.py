@@ -66,8 +66,8 @@ _INTERPOLATIONS = ("linear", "step")
 
 
 def _bucket(n: int) -> int:
-    """Padded length (next power of two, at least 8): few shapes, so few compilations."""
-    return max(8, 1 << max(int(n - 1).bit_length(), 0))
+    """Padded length (next power of two, at least 64): few shapes, so few compilations."""
+    return max(64, 1 << max(int(n - 1).bit_length(), 0))
 
 
 def _pad(x, y, w, group=None):
@@ -101,11 +101,12 @@ def _check_bounds(y_min, y_max) -> None:
         raise ValueError(f"y_min must be <= y_max; got y_min={y_min!r} > y_max={y_max!r}.")
 
 
-@functools.partial(jax.jit, static_argnames=("increasing", "has_group"))
-def _isotonic_core(x, y, w, group, y_min, y_max, *, increasing: bool, has_group: bool):
-    u = x if increasing else -x
-    fitted = pav(u, y, w, group if has_group else None).fitted
-    return jnp.clip(fitted, y_min, y_max)
+@functools.partial(jax.jit, static_argnames=("has_group",))
+def _pav_core(x, y, w, group, increasing, *, has_group: bool):
+    """PAV of ``y`` on ``x`` (or ``-x``); ``increasing`` is traced, so both directions share
+    one compilation per shape."""
+    u = jnp.where(increasing, x, -x)
+    return pav(u, y, w, group if has_group else None)
 
 
 def isotonic_regression(
@@ -183,13 +184,9 @@ def isotonic_regression(
     lo, hi = jnp.asarray(lo, y.dtype), jnp.asarray(hi, y.dtype)
     has_group = group is not None
     g = group if has_group else jnp.zeros((), jnp.int32)
-    out = _isotonic_core(x, y, w, g, lo, hi, increasing=bool(increasing), has_group=has_group)
+    r = _pav_core(x, y, w, g, jnp.asarray(bool(increasing)), has_group=has_group)
+    out = jnp.clip(r.fitted, lo, hi)
     return out if n is None else out[:n]
-
-
-@functools.partial(jax.jit, static_argnames=("increasing",))
-def _pav_fit(x, y, w, *, increasing: bool):
-    return pav(x if increasing else -x, y, w)
 
 
 def isotonic_knots(
@@ -205,7 +202,14 @@ def isotonic_knots(
     x, y, w, _ = _pad(x if increasing else -x, y, w)
     x = x if increasing else -x
     r = jax.device_get(
-        _pav_fit(jnp.asarray(x), jnp.asarray(y), jnp.asarray(w), increasing=increasing)
+        _pav_core(
+            jnp.asarray(x),
+            jnp.asarray(y),
+            jnp.asarray(w),
+            jnp.zeros((), jnp.int32),
+            jnp.asarray(bool(increasing)),
+            has_group=False,
+        )
     )
     k = int(r.n_runs)
     rx = np.asarray(r.run_x)[:k]

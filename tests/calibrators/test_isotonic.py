@@ -100,10 +100,10 @@ def test_clipping_solves_bounded_problem():
 
 def test_batched_by_group_equals_loop_and_vmap():
     rng = np.random.default_rng(4)
-    G, n = 5, 24
+    G, n = 4, 16
     xs, ys, ws = zip(*[_data(rng, n) for _ in range(G)], strict=True)
     x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
-    group = np.repeat(np.array([7, -3, 100, 0, 5]), n)  # arbitrary integer ids
+    group = np.repeat(np.array([7, -3, 100, 0]), n)  # arbitrary integer ids
     perm = rng.permutation(G * n)  # interleaved groups
     grouped = np.empty(G * n)
     grouped[perm] = np.asarray(
@@ -161,7 +161,7 @@ def _auc(s, y):
 
 def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
     rng = np.random.default_rng(6)
-    n = 400
+    n = 64
     s = rng.normal(size=n)
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))).astype(float)
     plain = jaxcal.IsotonicCalibration().fit(s, y)
@@ -171,7 +171,7 @@ def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
     p_cir = np.asarray(cir.predict(np.sort(inside)))
     assert np.all(np.diff(p_cir) > 0)  # strictly increasing on the training range
     assert np.unique(np.asarray(cir.predict(s))).size == n  # no ties at all here
-    assert np.unique(np.asarray(step.predict(s))).size < n // 4  # PAV steps tie a lot
+    assert np.unique(np.asarray(step.predict(s))).size < n // 3  # PAV steps tie a lot
     assert _auc(np.asarray(cir.predict(s)), y) == pytest.approx(_auc(s, y), abs=1e-12)
     # PAV's ROC is the ROC convex hull of the scores (Fawcett & Niculescu-Mizil 2007): the
     # step map's training AUC (ties count 1/2) is the area under the hull, never below AUC
