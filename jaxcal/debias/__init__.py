@@ -1,40 +1,33 @@
-"""Unbiased fitting on missing-not-at-random feedback: propensities and loss weightings."""
+"""Unbiased fitting on missing-not-at-random feedback: propensities, loss weightings and
+base-rate (prior-shift) corrections. Names load lazily, so that ``jaxcal.debias.losses``
+can be imported by the calibrators without pulling in modules that import them back."""
 
-from jaxcal.debias.base_rate import (
-    BaseRateCorrected,
-    implied_base_rate,
-    negative_sampling_base_rate,
-    prior_shift_correction,
-)
-from jaxcal.debias.losses import LOSSES, loss_targets_weights, weighted_logistic_loss
-from jaxcal.debias.propensity import popularity_propensity, uniform_propensity
-from jaxcal.debias.propensity_models import (
-    LogisticPropensity,
-    NaiveBayesPropensity,
-    exposure_rate,
-    holdout_propensity,
-    logistic_propensity,
-    matrix_propensity,
-    naive_bayes_propensity,
-    rescale_propensity,
-)
+from jaxcal._lazy import lazy_exports
 
-__all__ = [
-    "LOSSES",
-    "loss_targets_weights",
-    "weighted_logistic_loss",
-    "popularity_propensity",
-    "uniform_propensity",
-    "matrix_propensity",
-    "exposure_rate",
-    "rescale_propensity",
-    "holdout_propensity",
-    "NaiveBayesPropensity",
-    "naive_bayes_propensity",
-    "LogisticPropensity",
-    "logistic_propensity",
-    "implied_base_rate",
-    "negative_sampling_base_rate",
-    "BaseRateCorrected",
-    "prior_shift_correction",
-]
+_BASE_RATE = "jaxcal.debias.base_rate"
+_LOSSES = "jaxcal.debias.losses"
+_PROPENSITY = "jaxcal.debias.propensity"
+_MODELS = "jaxcal.debias.propensity_models"
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "LOSSES": _LOSSES,
+        "loss_targets_weights": _LOSSES,
+        "weighted_logistic_loss": _LOSSES,
+        "popularity_propensity": _PROPENSITY,
+        "uniform_propensity": _PROPENSITY,
+        "matrix_propensity": _MODELS,
+        "exposure_rate": _MODELS,
+        "rescale_propensity": _MODELS,
+        "holdout_propensity": _MODELS,
+        "NaiveBayesPropensity": _MODELS,
+        "naive_bayes_propensity": _MODELS,
+        "LogisticPropensity": _MODELS,
+        "logistic_propensity": _MODELS,
+        "implied_base_rate": _BASE_RATE,
+        "negative_sampling_base_rate": _BASE_RATE,
+        "BaseRateCorrected": _BASE_RATE,
+        "prior_shift_correction": _BASE_RATE,
+    },
+)
