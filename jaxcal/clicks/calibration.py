@@ -181,10 +181,21 @@ class RankCalibration:
         sel = m & (ww > 0)
         rank = np.broadcast_to(np.arange(n), (S, n))[sel]
         x, y, sw = p[sel], c[sel], ww[sel]
+        # pad to a power of two with zero-weight points in an extra group (they change
+        # nothing) so that fits on logs of different sizes reuse one compiled PAV
+        size = len(x)
+        pad = (1 << max(size - 1, 1).bit_length()) - size
         fitted = np.asarray(
-            isotonic_regression(x, y, sample_weight=sw, group=rank, y_min=trim, y_max=1.0 - trim),
+            isotonic_regression(
+                np.r_[x, np.zeros(pad)],
+                np.r_[y, np.zeros(pad)],
+                sample_weight=np.r_[sw, np.zeros(pad)],
+                group=np.r_[rank, np.full(pad, n)],
+                y_min=trim,
+                y_max=1.0 - trim,
+            ),
             np.float64,
-        )
+        )[:size]
         per_rank = []
         for r in range(n):
             at = rank == r
