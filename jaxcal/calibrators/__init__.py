@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "HistogramBinning": "jaxcal.calibrators.histogram",
         "BBQ": "jaxcal.calibrators.bbq",
         "ENIR": "jaxcal.calibrators.enir",
+        "near_isotonic_regression": "jaxcal.calibrators.enir",
         "SmoothedIsotonic": "jaxcal.calibrators.smoothed_isotonic",
         "negative_downsampling_correction": "jaxcal.calibrators.smoothed_isotonic",
         "NeuralCalibration": "jaxcal.calibrators.neural",
