@@ -28,7 +28,10 @@ Choices: bins are equal-frequency in the *sorted training scores* with ties kept
 :math:`p_b` is the midpoint of its score interval, the outer bins reaching to 0 and 1 when
 all scores lie in [0, 1]; otherwise scores are treated as logits and
 :math:`p_b = \sigma(\text{midpoint})`, the outer bins reaching to the training min / max.
-Loss-weighted targets are clipped to [0, 1] inside the Beta-binomial counts.
+Loss-weighted targets enter the Beta-binomial counts as weighted sums: bin :math:`b` has
+:math:`N_b = \sum w_i` and :math:`m_b = \min(\sum w_i t_i, N_b)`, so under the IPS loss
+(:math:`t_i = Y_i / \omega_i`) a click counts :math:`1/\omega_i` times; the clip acts per
+bin, not per sample (a per-sample clip would turn IPS back into the naive fit).
 
 Example:
     >>> import jaxcal, numpy as np
@@ -70,7 +73,7 @@ def _fit_bbq(s, t, w, n_bins, ess, *, b_max: int, logit_scale: bool):
     n = s.shape[0]
     order = jnp.argsort(s)
     ss = s[order]
-    tt = jnp.clip(t[order], 0.0, 1.0)
+    tt = t[order]  # IPS targets may exceed 1; m_b is clipped per bin below
     ww = w[order]
     cw = jnp.concatenate([jnp.zeros(1, w.dtype), jnp.cumsum(ww)])
     cm = jnp.concatenate([jnp.zeros(1, w.dtype), jnp.cumsum(ww * tt)])
