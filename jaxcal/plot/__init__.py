@@ -10,5 +10,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "reliability_diagram": "jaxcal.plot.reliability",
         "calibration_map": "jaxcal.plot.maps",
         "score_histograms": "jaxcal.plot.maps",
+        "posterior_reliability_diagram": "jaxcal.plot.bayes",
+        "posterior_map": "jaxcal.plot.bayes",
     },
 )
