@@ -2,6 +2,7 @@
 
     python benchmarks/bench_nonparametric.py            # full sizes (issue 3 targets)
     python benchmarks/bench_nonparametric.py --quick    # small sizes, a smoke run
+    python benchmarks/bench_nonparametric.py --isotonic-only   # only rows 1 and 2
 
 Measured (after compilation; the first call's time is reported as compile + run):
 
@@ -142,6 +143,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-netcal", action="store_true")
     ap.add_argument("--variants-only", action="store_true", help="only the ties / AUC table")
+    ap.add_argument(
+        "--isotonic-only", action="store_true", help="only the isotonic rows (1. and 2.)"
+    )
     args = ap.parse_args()
 
     import jax
@@ -157,7 +161,8 @@ def main() -> None:
     except Exception:  # pragma: no cover - not Linux
         model = platform.processor()
     print(f"machine: {model}; jax {jax.__version__} on {jax.devices()[0].platform}; float64")
-    variants(2_000 if args.quick else 20_000)
+    if not args.isotonic_only:
+        variants(2_000 if args.quick else 20_000)
     if args.variants_only:
         return
 
@@ -195,7 +200,7 @@ def main() -> None:
     print(f"grouped {groups}x{per}: first call (compile + run) {first:.2f} s")
     _row(f"isotonic {groups} groups x {per} vs sklearn loop", t_ours, t_sk, 10.0)
 
-    if args.skip_netcal:
+    if args.skip_netcal or args.isotonic_only:
         return
     try:
         _install_torch_shim()

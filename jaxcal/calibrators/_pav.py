@@ -82,8 +82,9 @@ def _positions(keys: jax.Array) -> jax.Array:
     return jnp.searchsorted(jnp.sort(keys), keys, side="left").astype(keys.dtype)
 
 
-def _runs(x: jax.Array, group: jax.Array | None):
-    """Run (tie class of (group, x)) of every point, and the group position of each point."""
+def _runs_searchsorted(x: jax.Array, group: jax.Array | None):
+    """Run of every point (input order) without 64-bit integers (x64 disabled): sort keys,
+    then ``searchsorted``. Returns ``(run, gpos)``, both ``[n]`` in input order."""
     n = x.shape[0]
     xkey = order_key(x)
     if group is None:
@@ -94,7 +95,7 @@ def _runs(x: jax.Array, group: jax.Array | None):
         int_max = jnp.iinfo(xkey.dtype).max
         if n * n <= int_max:
             key = gpos.astype(xkey.dtype) * n + _positions(xkey)
-        else:  # no int64 (x64 disabled) and large n: two-operand sort (slower, exact)
+        else:  # large n: two-operand sort (slower, exact)
             key = None
     if key is not None:
         ks = jnp.sort(key)
@@ -106,6 +107,86 @@ def _runs(x: jax.Array, group: jax.Array | None):
         new = jnp.concatenate([jnp.ones(1, bool), (gs[1:] != gs[:-1]) | (xs[1:] != xs[:-1])])
         run = jnp.zeros(n, jnp.int32).at[perm].set(jnp.cumsum(new) - 1)
     return run.astype(jnp.int32), gpos.astype(jnp.int32)
+
+
+def _bit_length(v: jax.Array) -> jax.Array:
+    """Number of significant bits of non-negative int64 ``v`` (0 for 0)."""
+    return 64 - lax.clz(v)
+
+
+def _unsigned_offset(key: jax.Array) -> jax.Array:
+    """Order-preserving map of int64 keys to non-negative offsets from their minimum, held in
+    uint64 (so that leading bits shared by all keys are never sorted)."""
+    u = lax.bitcast_convert_type(key, jnp.uint64) ^ jnp.uint64(1 << 63)
+    return u - jnp.min(u)
+
+
+def _lex_sort(fields: list[jax.Array], n_index_bits: int):
+    """Sort points by the uint64 ``fields`` (most significant first) with single-operand
+    sorts of packed int64 keys, and return ``(perm, cls)`` per field.
+
+    XLA's CPU sort of one int64 operand is several times faster than a sort that carries a
+    permutation (a second operand), so the permutation travels in the key: every pass sorts
+    ``class << (c + b) | chunk << b | position`` (``b = n_index_bits`` bits for the position
+    in the current order, the class is the dense rank of the bits sorted so far, the chunk the
+    next ``c = 63 - b - bits(class)`` bits of the field), then composes the permutation and
+    re-ranks. Passes stop early once every point is alone in its class (further bits cannot
+    create ties). All integers stay below ``2**63``: the keys are exact and non-negative.
+
+    Returns:
+        ``perm`` (``[n]`` sorted position -> input index) and, for each field, ``[n]`` dense
+        ranks (in sorted order) of the prefix of fields up to and including that one.
+    """
+    n = fields[0].shape[0]
+    b = n_index_bits
+    pos = jnp.arange(n, dtype=jnp.int64)
+    low = jnp.int64((1 << b) - 1)
+    perm = pos
+    cls = jnp.zeros(n, jnp.int64)
+    out = []
+    for field in fields:
+
+        def cond(c):
+            _, _, ncls, rem = c
+            return (rem > 0) & (ncls < n)
+
+        def body(c, field=field):
+            perm, cls, ncls, rem = c
+            width = jnp.minimum(rem, 63 - b - _bit_length(ncls - 1))
+            shift = (rem - width).astype(jnp.uint64)
+            mask = (jnp.uint64(1) << width.astype(jnp.uint64)) - jnp.uint64(1)
+            chunk = ((field[perm] >> shift) & mask).astype(jnp.int64)
+            key = jnp.sort((cls << (width + b)) | (chunk << b) | pos)
+            perm = perm[key & low]
+            hi = key >> b
+            new = jnp.concatenate([jnp.zeros(1, jnp.int64), (hi[1:] != hi[:-1]).astype(jnp.int64)])
+            cls = jnp.cumsum(new)
+            return perm, cls, cls[-1] + 1, rem - width
+
+        rem = _top(field)
+        perm, cls, _, _ = lax.while_loop(cond, body, (perm, cls, cls[-1] + 1, rem))
+        out.append(cls)
+    return perm, out
+
+
+def _top(field: jax.Array) -> jax.Array:
+    """Bit length of the largest uint64 value, as int64 (0..64)."""
+    return (64 - lax.clz(jnp.max(field))).astype(jnp.int64)
+
+
+def _sorted_runs(x: jax.Array, group: jax.Array | None):
+    """Sort points by (group, x) once. Returns ``(perm, run, run_group_of_point)``: ``perm``
+    maps sorted position -> input index, ``run`` ([n], non-decreasing) is the run (tie class of
+    (group, x)) at each sorted position and the third array the dense group rank there."""
+    n = x.shape[0]
+    b = max(int(n - 1).bit_length(), 1)
+    xf = _unsigned_offset(order_key(x.astype(jnp.float64)))
+    if group is None:
+        perm, (run,) = _lex_sort([xf], b)
+        return perm, run, jnp.zeros(n, jnp.int64)
+    gf = _unsigned_offset(group.astype(jnp.int64))
+    perm, (gcls, run) = _lex_sort([gf, xf], b)
+    return perm, run, gcls
 
 
 _UNROLLED = 6
@@ -182,15 +263,27 @@ def pav(
     """
     n = x.shape[0]
     size = 1 << max(int(n - 1).bit_length(), 0)
-    run, gpos = _runs(x, group)
-    seg = lambda v: jax.ops.segment_sum(v, run, num_segments=size)  # noqa: E731
+    pos = jnp.arange(size)
+    if jax.config.jax_enable_x64:
+        # One lexicographic sort; the per-run sums are then segment sums over sorted ids.
+        perm, run_s, grp_s = _sorted_runs(x, group)
+        seg = lambda v: jax.ops.segment_sum(  # noqa: E731
+            v[perm], run_s, num_segments=size, indices_are_sorted=True
+        )
+        run = jnp.zeros(n, jnp.int32).at[perm].set(run_s.astype(jnp.int32))
+        run_x = jax.ops.segment_max(x[perm], run_s, num_segments=size, indices_are_sorted=True)
+        run_g = jax.ops.segment_max(grp_s, run_s, num_segments=size, indices_are_sorted=True)
+        real = pos <= run_s[-1]
+    else:
+        run, gpos = _runs_searchsorted(x, group)
+        seg = lambda v: jax.ops.segment_sum(v, run, num_segments=size)  # noqa: E731
+        real = seg(jnp.ones_like(w)) > 0
+        run_x = jax.ops.segment_max(x, run, num_segments=size)
+        run_g = jax.ops.segment_max(gpos, run, num_segments=size)
     sy = seg(w * y)
     sw = seg(w)
-    count = seg(jnp.ones_like(w))
-    real = count > 0
-    pos = jnp.arange(size)
-    run_x = jax.ops.segment_max(x, run, num_segments=size)
-    run_group = jnp.where(real, jax.ops.segment_max(gpos, run, num_segments=size), -1 - pos)
+    run_group = jnp.where(real, run_g.astype(jnp.int32), -1 - pos)
+    sw_runs = sw
     state = (sy, sw, run_group, pos, pos, jnp.ones(size, bool))
     # The low levels (most of the work) are unrolled with exact static sizes; the remaining
     # levels share one compiled loop body with size >> (_UNROLLED + 1) pair slots, which keeps
@@ -212,7 +305,7 @@ def pav(
         run_of_point=run,
         run_x=run_x,
         run_group=run_group,
-        run_weight=seg(w),
+        run_weight=sw_runs,
         run_value=run_value,
         block_start=is_start,
         n_runs=jnp.sum(real),
