@@ -132,7 +132,7 @@ def logistic_objective(theta, X, targets, weights, l2, *, intercept: int | None)
 class _Problem(NamedTuple):
     """A standardised problem: theta = A @ eta, objective in eta."""
 
-    X: jax.Array  # [n, p] standardised features
+    Xt: jax.Array  # [p, n] standardised features, transposed (rows contiguous per feature)
     t: jax.Array
     w: jax.Array
     C: jax.Array  # [k, p] constraints in eta coordinates
@@ -158,15 +158,16 @@ def _standardise(X, t, w, C, l2, intercept):
     if intercept is not None:
         slope[intercept] = False
     slope = jnp.asarray(slope)
-    mean = jnp.sum(w[:, None] * X, axis=0) / W
+    Xt = X.T
+    mean = Xt @ w / W
     if intercept is not None:
         centre = jnp.where(slope, mean, 0.0)
-        sd = jnp.sqrt(jnp.sum(w[:, None] * (X - centre) ** 2, axis=0) / W)
+        sd = jnp.sqrt(((Xt - centre[:, None]) ** 2) @ w / W)
     else:
         centre = jnp.zeros(p, dtype)
-        sd = jnp.sqrt(jnp.sum(w[:, None] * X**2, axis=0) / W)
+        sd = jnp.sqrt((Xt**2) @ w / W)
     sd = jnp.where(slope & (sd > 0), sd, 1.0)
-    Xs = jnp.where(slope, (X - centre) / sd, X)
+    Xt = jnp.where(slope[:, None], (Xt - centre[:, None]) / sd[:, None], Xt)
     A = jnp.diag(1.0 / sd)
     if intercept is not None:
         A = A.at[intercept].add(jnp.where(slope, -centre / sd, 0.0))
@@ -176,163 +177,173 @@ def _standardise(X, t, w, C, l2, intercept):
     if intercept is not None:
         tbar = jnp.clip(jnp.sum(w * t) / W, 1e-6, 1 - 1e-6)
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
-    return _Problem(Xs, t, w, C @ A, C, Q, A, eta0)
+    return _Problem(Xt, t, w, C @ A, C, Q, A, eta0)
 
 
-def _null_space(C_S, p):
-    """Orthonormal basis [p, p - |S|] of {eta : C_S eta = 0} (C_S has full row rank)."""
-    m = C_S.shape[0]
-    if m == 0:
-        return jnp.eye(p, dtype=C_S.dtype)
-    _, _, vt = jnp.linalg.svd(C_S, full_matrices=True)
-    return vt[m:].T
+def _value_grad_hess(prob: _Problem, eta):
+    """Objective, gradient and Hessian at ``eta`` from one pass over the data.
+
+    ``softplus`` and ``sigmoid`` share one ``exp(-|z|)``, so XLA fuses the whole evaluation
+    (one transcendental pair per row) instead of making a pass per quantity.
+    """
+    Xt, t, w, Q = prob.Xt, prob.t, prob.w, prob.Q
+    z = eta @ Xt
+    e = jnp.exp(-jnp.abs(z))
+    softplus = jnp.maximum(z, 0.0) + jnp.log1p(e)
+    mu = jnp.where(z >= 0, 1.0, e) / (1.0 + e)
+    f = jnp.sum(w * (softplus - t * z)) + 0.5 * eta @ Q @ eta
+    g = Xt @ (w * (mu - t)) + Q @ eta
+    H = (Xt * (w * mu * (1.0 - mu))) @ Xt.T + Q
+    return f, g, H
 
 
-def _newton(prob: _Problem, N, max_iter, tol) -> _Candidate:
-    """Damped Newton on zeta with eta = N zeta (one data pass per gradient + Hessian)."""
-    X, t, w, Q = prob.X, prob.t, prob.w, prob.Q
-    dtype = X.dtype
+def _projector(C, active):
+    """Orthogonal projector onto ``{eta : C_S eta = 0}`` for the rows ``S`` in ``active``.
+
+    Built from the SVD of the masked rows (the right singular vectors past the rank
+    ``|S|`` span the subspace), so coordinates the active rows pin are zeroed exactly.
+    """
+    p = C.shape[1]
+    _, _, vt = jnp.linalg.svd(C * active[:, None], full_matrices=True)
+    keep = jnp.arange(p) >= jnp.sum(active)
+    return vt.T @ (keep[:, None] * vt)
+
+
+def _newton(prob: _Problem, active, max_iter, tol) -> _Candidate:
+    """Damped Newton on ``{eta : C_S eta = 0}`` (``S`` = the ``active`` rows).
+
+    The step solves ``(P H P + I - P) d = -P g`` with ``P`` the projector onto the
+    subspace, i.e. the Newton step of the problem restricted to it (``d = P d``). Each loop
+    iteration evaluates the objective, gradient and Hessian at one trial point in a single
+    data pass; the trial is accepted by the Armijo test (then it is the next iterate and its
+    derivatives are already at hand) or the step is halved.
+    """
+    dtype = prob.Xt.dtype
     eps = jnp.finfo(dtype).eps
-    q = N.shape[1]
-    W = jnp.sum(w)
-
-    def value(z, eta):
-        return jnp.sum(w * (jax.nn.softplus(z) - t * z)) + 0.5 * eta @ Q @ eta
-
-    def derivatives(z, eta):
-        mu = jax.nn.sigmoid(z)
-        g = X.T @ (w * (mu - t)) + Q @ eta
-        H = (X * (w * mu * (1.0 - mu))[:, None]).T @ X + Q
-        return N.T @ g, N.T @ H @ N
-
-    zeta0 = N.T @ prob.eta0
-    eta0 = N @ zeta0
-    z0 = X @ eta0
-    f0 = value(z0, eta0)
-    g0, H0 = derivatives(z0, eta0)
+    p = prob.Xt.shape[0]
+    eye = jnp.eye(p, dtype=dtype)
+    W = jnp.sum(prob.w)
+    P = _projector(prob.C, active)
 
     def newton_step(g, H):
-        ridge = eps * jnp.trace(H) / q
-        d = -jnp.linalg.solve(H + ridge * jnp.eye(q, dtype=dtype), g)
-        return d, -(g @ d)
+        Hs = P @ H @ P
+        ridge = eps * jnp.trace(Hs) / jnp.maximum(jnp.trace(P), 1.0)
+        gs = P @ g  # the gradient within the subspace
+        d = P @ -jnp.linalg.solve(Hs + ridge * P + (eye - P), gs)
+        return d, -(gs @ d)
 
+    eta0 = P @ prob.eta0
+    f0, g0, H0 = _value_grad_hess(prob, eta0)
     d0, dec0 = newton_step(g0, H0)
     done0 = dec0 <= 2 * tol * W
     code0 = jnp.where(done0, CONVERGED, MAX_ITER).astype(jnp.int32)
-    # state: zeta, z, f, g, H, d, dec, it, code, done
-    init = (zeta0, z0, f0, g0, H0, d0, dec0, jnp.int32(0), code0, done0)
+    one = jnp.ones((), dtype)
+    # state: eta, f, g, d, dec, alpha, halvings, it, code, done
+    init = (eta0, f0, g0, d0, dec0, one, jnp.int32(0), jnp.int32(0), code0, done0)
 
     def cond(state):
         it, done = state[7], state[9]
         return (~done) & (it < max_iter)
 
     def body(state):
-        zeta, z, f, g, H, d, dec, it, code, done = state
-        eta_d = N @ d
-        dz = X @ eta_d
-        eta = N @ zeta
+        eta, f, g, d, dec, alpha, halvings, it, code, done = state
+        trial = eta + alpha * d
+        f_t, g_t, H_t = _value_grad_hess(prob, trial)
         slack = 8 * eps * jnp.abs(f)
-
-        def ls_cond(ls):
-            alpha, f_new, k = ls
-            ok = jnp.isfinite(f_new) & (f_new <= f - _ARMIJO_C * alpha * dec + slack)
-            return (~ok) & (k < _MAX_HALVINGS)
-
-        def ls_body(ls):
-            alpha, _, k = ls
-            alpha = 0.5 * alpha
-            e = eta + alpha * eta_d
-            return alpha, value(z + alpha * dz, e), k + 1
-
-        one = jnp.ones((), dtype)
-        alpha, f_new, k = jax.lax.while_loop(
-            ls_cond, ls_body, (one, value(z + dz, eta + eta_d), jnp.int32(0))
+        ok = jnp.isfinite(f_t) & (f_t <= f - _ARMIJO_C * alpha * dec + slack)
+        d_t, dec_t = newton_step(g_t, H_t)
+        out_of_range = jnp.max(jnp.abs(trial)) > _DIVERGENCE_BOUND
+        bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)))
+        gave_up = (~ok) & (halvings + 1 >= _MAX_HALVINGS)
+        diverged = bad_step | gave_up
+        accept = ok & ~bad_step
+        converged = accept & (dec_t <= 2 * tol * W)
+        pick = lambda old, new: jnp.where(accept, new, old)  # noqa: E731
+        code = jnp.where(diverged, DIVERGED, jnp.where(converged, CONVERGED, MAX_ITER))
+        return (
+            pick(eta, trial),
+            pick(f, f_t),
+            pick(g, g_t),
+            pick(d, d_t),
+            pick(dec, dec_t),
+            jnp.where(accept, one, 0.5 * alpha),
+            jnp.where(accept, 0, halvings + 1),
+            jnp.where(accept | diverged, it + 1, it),
+            code.astype(jnp.int32),
+            diverged | converged,
         )
-        ok = jnp.isfinite(f_new) & (f_new <= f - _ARMIJO_C * alpha * dec + slack)
-        zeta_new = zeta + alpha * d
-        eta_new = N @ zeta_new
-        diverged = (~ok) | (jnp.max(jnp.abs(eta_new)) > _DIVERGENCE_BOUND)
-        z_new = z + alpha * dz
-        g_new, H_new = derivatives(z_new, eta_new)
-        d_new, dec_new = newton_step(g_new, H_new)
-        bad = diverged | ~jnp.all(jnp.isfinite(d_new))
-        converged = (~bad) & (dec_new <= 2 * tol * W)
-        keep = lambda old, new: jnp.where(bad, old, new)  # noqa: E731
-        new_state = (
-            keep(zeta, zeta_new),
-            keep(z, z_new),
-            keep(f, f_new),
-            keep(g, g_new),
-            keep(H, H_new),
-            keep(d, d_new),
-            keep(dec, dec_new),
-            it + 1,
-            jnp.where(bad, DIVERGED, jnp.where(converged, CONVERGED, MAX_ITER)).astype(jnp.int32),
-            bad | converged,
-        )
-        return new_state
 
-    zeta, z, f, g, H, d, dec, it, code, done = jax.lax.while_loop(cond, body, init)
-    eta = N @ zeta
-    mu = jax.nn.sigmoid(z)
-    grad = X.T @ (w * (mu - t)) + Q @ eta
-    return _Candidate(eta, f, code, it, grad)
+    eta, f, g, _, _, _, _, it, code, _ = jax.lax.while_loop(cond, body, init)
+    return _Candidate(eta, f, code, it, g)
 
 
 def _subsets(k: int) -> list[tuple[int, ...]]:
     return [s for r in range(k + 1) for s in itertools.combinations(range(k), r)]
 
 
-def _candidate(prob: _Problem, S: tuple[int, ...], max_iter, tol) -> _Candidate:
-    p = prob.X.shape[1]
-    if len(S) == p:  # every coefficient pinned to zero by the active rows
-        eta = jnp.zeros(p, prob.X.dtype)
-        z = jnp.zeros_like(prob.t)
-        f = jnp.sum(prob.w * jax.nn.softplus(z))
-        grad = prob.X.T @ (prob.w * (0.5 - prob.t))
-        return _Candidate(eta, f, jnp.int32(CONVERGED), jnp.int32(0), grad)
-    N = _null_space(prob.C[np.array(S, dtype=int)], p)
-    return _newton(prob, N, max_iter, tol)
+def _multipliers(prob: _Problem, c: _Candidate, active):
+    """Multipliers of the active rows (``grad = C_S^T mu_S``, least squares; 0 elsewhere)."""
+    Ca = prob.C * active[:, None]
+    G = Ca @ Ca.T + jnp.diag(jnp.where(active, 0.0, 1.0))
+    return jnp.linalg.solve(G, Ca @ c.grad)
 
 
-def _finish(prob: _Problem, cands: list[_Candidate], subsets) -> tuple[jax.Array, SolverStatus]:
-    """Pick the feasible candidate with the lowest objective; multipliers and KKT residual."""
-    k = prob.C.shape[0]
-    objs, etas, mus, actives, kkts = [], [], [], [], []
-    for S, c in zip(subsets, cands, strict=True):
-        inactive = np.array([j not in S for j in range(k)], bool)
-        slack = prob.C @ c.eta
-        feasible = jnp.all(jnp.where(inactive, slack >= 0, True))
-        # multipliers of the active rows: grad = C_S^T mu_S (least squares)
-        mu = jnp.zeros(k, prob.X.dtype)
-        if S:
-            C_S = prob.C[np.array(S, dtype=int)]
-            mu_S = jnp.linalg.solve(C_S @ C_S.T, C_S @ c.grad)
-            mu = mu.at[np.array(S, dtype=int)].set(mu_S)
-        resid_eta = c.grad - prob.C.T @ mu
-        # back to original coordinates: grad_theta = A^{-T} grad_eta
-        resid = jnp.linalg.solve(prob.A.T, resid_eta)
-        obj = jnp.where(jnp.isnan(c.objective), jnp.inf, c.objective)
-        objs.append(jnp.where(feasible, obj, jnp.inf))
-        etas.append(c.eta)
-        mus.append(mu)
-        actives.append(jnp.asarray(~inactive))
-        kkts.append(jnp.max(jnp.abs(resid)))
-    best = jnp.argmin(jnp.stack(objs))
-    pick = lambda xs: jnp.stack(xs)[best]  # noqa: E731
-    eta = pick(etas)
-    active = pick(actives)
-    theta = _project_active(prob.A @ eta, prob.C0, active)
+def _kkt_ok(prob: _Problem, c: _Candidate, active, mu):
+    """Converged, feasible in the inactive rows and multipliers >= 0: the optimum."""
+    feasible = jnp.all(active | (prob.C @ c.eta >= 0))
+    scale = jnp.max(jnp.abs(prob.C), axis=1) * jnp.sum(prob.w)
+    dual = jnp.all(mu >= -jnp.sqrt(jnp.finfo(mu.dtype).eps) * 1e-4 * scale)
+    return feasible & dual & (c.code == CONVERGED)
+
+
+def _status(prob: _Problem, c: _Candidate, active, mu) -> tuple[jax.Array, SolverStatus]:
+    resid = jnp.linalg.solve(prob.A.T, c.grad - prob.C.T @ mu)  # to theta coordinates
+    theta = _project_active(prob.A @ c.eta, prob.C0, active)
     status = SolverStatus(
-        converged=pick([c.code for c in cands]) == CONVERGED,
-        code=pick([c.code for c in cands]),
-        n_iter=pick([c.n_iter for c in cands]),
-        objective=pick([c.objective for c in cands]),
+        converged=c.code == CONVERGED,
+        code=c.code,
+        n_iter=c.n_iter,
+        objective=c.objective,
         active=active,
-        multipliers=pick(mus),
-        kkt_residual=pick(kkts),
+        multipliers=mu,
+        kkt_residual=jnp.max(jnp.abs(resid)),
     )
     return theta, status
+
+
+def _select(ok, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(ok, x, y), a, b)
+
+
+def _enumerate(prob: _Problem, first: _Candidate, max_iter, tol):
+    """Fallback: every active set; the feasible candidate with the lowest objective."""
+    k = prob.C.shape[0]
+    warm = prob._replace(eta0=first.eta)  # start from the unconstrained optimum
+    best = None
+    for S in _subsets(k)[1:]:
+        active = jnp.asarray([j in S for j in range(k)])
+        c = _newton(warm, active, max_iter, tol)
+        feasible = jnp.all(active | (prob.C @ c.eta >= 0))
+        obj = jnp.where(feasible & ~jnp.isnan(c.objective), c.objective, jnp.inf)
+        entry = (obj, c, active)
+        best = entry if best is None else _select(obj < best[0], entry, best)
+    first_ok = jnp.all(prob.C @ first.eta >= 0) & ~jnp.isnan(first.objective)
+    first_obj = jnp.where(first_ok, first.objective, jnp.inf)
+    none = jnp.zeros(k, bool)
+    _, c, active = _select(first_obj <= best[0], (first_obj, first, none), best)
+    return c, active
+
+
+def _guess(prob: _Problem, first: _Candidate, max_iter, tol):
+    """Solve on the active set guessed from the unconstrained optimum's violated rows."""
+    active = prob.C @ first.eta < 0
+    c = _newton(prob._replace(eta0=first.eta), active, max_iter, tol)
+    return c, active
+
+
+def _finish(prob, c, active):
+    mu = _multipliers(prob, c, active)
+    return _status(prob, c, active, mu), _kkt_ok(prob, c, active, mu)
 
 
 def _project_active(theta, C, active):
@@ -343,12 +354,13 @@ def _project_active(theta, C, active):
     return theta - Ca.T @ jnp.linalg.solve(G, Ca @ theta)
 
 
-def _feasible_converged(prob: _Problem, c: _Candidate):
-    return jnp.all(prob.C @ c.eta >= 0) & (c.code == CONVERGED)
-
-
 def solve(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
     """Minimise the constrained objective for one problem (traceable; call under ``jit``).
+
+    The unconstrained problem is solved first. If its optimum violates constraints, the
+    problem restricted to the violated rows is solved next (warm-started); when that
+    candidate satisfies the KKT conditions (converged, feasible, multipliers
+    :math:`\\ge 0`) it is the optimum, otherwise every active set is enumerated.
 
     Args:
         X: ``[n, p]`` features :math:`\\phi(s_i)` (zero-weight rows are ignored; they must
@@ -366,52 +378,65 @@ def solve(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
         ``(theta, status)``: ``[p]`` coefficients and a :class:`SolverStatus`.
     """
     prob = _standardise(X, targets, weights, C, l2, intercept)
-    subsets = _subsets(C.shape[0])
-    first = _candidate(prob, subsets[0], max_iter, tol)
+    k = C.shape[0]
+    none = jnp.zeros(k, bool)
+    first = _newton(prob, none, max_iter, tol)
+    out_first, ok_first = _finish(prob, first, none)
+    if k == 0:
+        return out_first
 
-    def only_first(_):
-        return _finish(prob, [first], subsets[:1])
+    def constrained(_):
+        c, active = _guess(prob, first, max_iter, tol)
+        out, ok = _finish(prob, c, active)
 
-    def all_candidates(_):
-        warm = prob._replace(eta0=first.eta)  # start from the unconstrained optimum
-        rest = [_candidate(warm, S, max_iter, tol) for S in subsets[1:]]
-        theta, status = _finish(prob, [first, *rest], subsets)
-        return theta, status
+        def enumerate_all(_):
+            return _finish(prob, *_enumerate(prob, first, max_iter, tol))[0]
 
-    if len(subsets) == 1:
-        return only_first(None)
-    # only_first reports a k-vector of zero multipliers; shapes match all_candidates.
-    return jax.lax.cond(_feasible_converged(prob, first), only_first, all_candidates, None)
+        return jax.lax.cond(ok, lambda _: out, enumerate_all, None)
+
+    return jax.lax.cond(ok_first, lambda _: out_first, constrained, None)
 
 
 def solve_batch(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
     """:func:`solve` for ``B`` problems (``X`` is ``[B, n, p]``, ``C`` is ``[B, k, p]``).
 
-    Equivalent to ``vmap(solve)``, but the constrained candidates are computed only if at
-    least one problem's unconstrained optimum is infeasible (a batch-level ``lax.cond``;
-    a plain ``vmap`` of :func:`solve` would evaluate both branches for every problem).
+    Equivalent to ``vmap(solve)``, but the stages are batch-level ``lax.cond`` s (a plain
+    ``vmap`` of :func:`solve` would evaluate every branch for every problem): the guessed
+    active set is solved only if some problem's unconstrained optimum is infeasible (the
+    others start at their optimum and take no step), and the enumeration only if some
+    problem's guess fails the KKT test; each problem keeps its own result.
     """
     std = jax.vmap(lambda X, t, w, C: _standardise(X, t, w, C, l2, intercept))
     prob = std(X, targets, weights, C)
-    subsets = _subsets(C.shape[1])
-    first = jax.vmap(lambda pr: _candidate(pr, subsets[0], max_iter, tol))(prob)
-    finish_first = jax.vmap(lambda pr, c: _finish(pr, [c], subsets[:1]))
-    if len(subsets) == 1:
-        return finish_first(prob, first)
+    k = C.shape[1]
+    none = jnp.zeros(k, bool)
+    first = jax.vmap(lambda pr: _newton(pr, none, max_iter, tol))(prob)
+    out_first, ok_first = jax.vmap(lambda pr, c: _finish(pr, c, none))(prob, first)
+    if k == 0:
+        return out_first
 
-    def all_candidates(_):
-        def one(pr, c0):
-            warm = pr._replace(eta0=c0.eta)  # start from the unconstrained optimum
-            rest = [_candidate(warm, S, max_iter, tol) for S in subsets[1:]]
-            return _finish(pr, [c0, *rest], subsets)
+    def constrained(_):
+        c, active = jax.vmap(lambda pr, c0: _guess(pr, c0, max_iter, tol))(prob, first)
+        out, ok = jax.vmap(_finish)(prob, c, active)
+        ok = ok | ok_first
+        out = _select_batch(ok_first, out_first, out)
 
-        return jax.vmap(one)(prob, first)
+        def enumerate_all(_):
+            def one(pr, c0):
+                return _finish(pr, *_enumerate(pr, c0, max_iter, tol))[0]
 
-    def only_first(_):
-        return finish_first(prob, first)
+            return _select_batch(ok, out, jax.vmap(one)(prob, first))
 
-    need = ~jnp.all(jax.vmap(_feasible_converged)(prob, first))
-    return jax.lax.cond(need, all_candidates, only_first, None)
+        return jax.lax.cond(jnp.all(ok), lambda _: out, enumerate_all, None)
+
+    return jax.lax.cond(jnp.all(ok_first), lambda _: out_first, constrained, None)
+
+
+def _select_batch(ok, a, b):
+    def sel(x, y):
+        return jnp.where(ok.reshape(ok.shape + (1,) * (x.ndim - 1)), x, y)
+
+    return jax.tree.map(sel, a, b)
 
 
 def warn_if_not_converged(status: SolverStatus, what: str, *, stacklevel: int = 3) -> None:
