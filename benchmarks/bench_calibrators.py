@@ -15,11 +15,13 @@ Usage::
 
     python benchmarks/bench_calibrators.py            # full sizes (minutes on 2 cores)
     python benchmarks/bench_calibrators.py --quick    # smoke sizes
+    python benchmarks/bench_calibrators.py --only batch --batch 200   # one part, other size
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -165,13 +167,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small smoke sizes")
     ap.add_argument("--repeat", type=int, default=5, help="timed repetitions (median)")
+    ap.add_argument("--only", choices=["single", "batch"], help="run one of the two parts")
+    ap.add_argument("--n", type=int, help="scores in the single fit")
+    ap.add_argument("--batch", type=int, help="problems in the batched fit")
+    ap.add_argument("--m", type=int, help="scores per problem in the batched fit")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     n, b, m = (20_000, 50, 2_000) if args.quick else (1_000_000, 1_000, 10_000)
-    print(f"machine: {machine()}")
+    n, b, m = args.n or n, args.batch or b, args.m or m
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     warnings.simplefilter("ignore", category=UserWarning)
-    bench_single(n, args.repeat, rng)
-    bench_batch(b, m, max(1, args.repeat // 2), rng)
+    if args.only != "batch":
+        bench_single(n, args.repeat, rng)
+    if args.only != "single":
+        bench_batch(b, m, max(1, args.repeat // 2), rng)
 
 
 if __name__ == "__main__":

@@ -400,12 +400,22 @@ def solve(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
 def solve_batch(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
     """:func:`solve` for ``B`` problems (``X`` is ``[B, n, p]``, ``C`` is ``[B, k, p]``).
 
-    Equivalent to ``vmap(solve)``, but the stages are batch-level ``lax.cond`` s (a plain
-    ``vmap`` of :func:`solve` would evaluate every branch for every problem): the guessed
+    On CPU the problems are solved one after another (``lax.map`` of :func:`solve`:
+    memory-bound work on a small cache-resident problem beats a lock-step batch). On
+    accelerators it is equivalent to ``vmap(solve)``, but the stages are batch-level
+    ``lax.cond`` s (a plain ``vmap`` of :func:`solve` would evaluate every branch for every
+    problem): the guessed
     active set is solved only if some problem's unconstrained optimum is infeasible (the
     others start at their optimum and take no step), and the enumeration only if some
     problem's guess fails the KKT test; each problem keeps its own result.
     """
+    if jax.default_backend() == "cpu":
+        # One problem at a time: each stays cache-resident and its lax.conds really skip
+        # work; on 2 CPU cores this is ~2x faster than the lock-step vmap below.
+        def one(args):
+            return solve(*args, l2, intercept=intercept, max_iter=max_iter, tol=tol)
+
+        return jax.lax.map(one, (X, targets, weights, C))
     std = jax.vmap(lambda X, t, w, C: _standardise(X, t, w, C, l2, intercept))
     prob = std(X, targets, weights, C)
     k = C.shape[1]
