@@ -109,6 +109,12 @@ def _runs_searchsorted(x: jax.Array, group: jax.Array | None):
     return run.astype(jnp.int32), gpos.astype(jnp.int32)
 
 
+def _scan(op, v: jax.Array) -> jax.Array:
+    """Inclusive prefix scan; ``associative_scan`` is ~6x faster than ``cumsum`` / ``cummax``
+    (``reduce_window``) on XLA's CPU backend at 1e6 points, and exact for integers."""
+    return lax.associative_scan(op, v)
+
+
 def _bit_length(v: jax.Array) -> jax.Array:
     """Number of significant bits of non-negative int64 ``v`` (0 for 0)."""
     return 64 - lax.clz(v)
@@ -160,7 +166,7 @@ def _lex_sort(fields: list[jax.Array], n_index_bits: int):
             perm = perm[key & low]
             hi = key >> b
             new = jnp.concatenate([jnp.zeros(1, jnp.int64), (hi[1:] != hi[:-1]).astype(jnp.int64)])
-            cls = jnp.cumsum(new)
+            cls = _scan(jnp.add, new)
             return perm, cls, cls[-1] + 1, rem - width
 
         rem = _top(field)
@@ -298,7 +304,7 @@ def pav(
         )
     sy, sw, _, _, _, is_start = state
     value_at_start = jnp.where(is_start & (sw > 0), sy / jnp.where(sw > 0, sw, 1), 0)
-    block_of = lax.cummax(jnp.where(is_start, pos, 0))
+    block_of = _scan(jnp.maximum, jnp.where(is_start, pos, 0))
     run_value = value_at_start[block_of]
     return PAVResult(
         fitted=run_value[run],
