@@ -9,11 +9,15 @@ with tied scores pooled (they share one fitted value, as in scikit-learn).
 
 Algorithm (all static shapes; runs inside ``jit`` and under ``vmap``):
 
-1. **Tie pooling without an argsort.** XLA's CPU sort is fast for one operand and slow
-   for several, so instead of an argsort the scores are mapped to order-preserving
-   integer keys (the IEEE-754 bit trick), combined with the group rank into one integer
-   key ``group_pos * n + score_pos``, sorted alone, and every point finds its *run* (its
-   tie class) by ``searchsorted``. Weighted sums per run come from ``segment_sum``.
+1. **One sort, permutation packed into the key.** XLA's CPU sort is several times faster
+   for one operand than for several (an argsort or a sort carrying an index), so with x64
+   the scores are mapped to order-preserving integer keys (the IEEE-754 bit trick) and
+   sorted lexicographically by (group, score) with single-operand sorts of packed int64
+   keys ``class << (c + b) | chunk << b | position`` (``b`` bits of position, ``c`` more
+   key bits per pass, the class being the dense rank of the bits already sorted); passes
+   stop once no ties are left to resolve (two passes for one 1e6-point problem). The
+   runs (tie classes) are then consecutive, and their sums are sorted ``segment_sum``\ s.
+   Without x64 the keys are sorted alone and each point finds its run by ``searchsorted``.
 2. **PAV as a merge tree.** Runs start as blocks. At level ``l`` the sorted runs are cut
    into segments of ``2**l`` positions that are already isotonic, and each adjacent pair
    of segments is merged: only the blocks at the interface can violate, so the merged
