@@ -20,20 +20,24 @@ Method (exact for this convex problem):
    standard deviation), i.e. :math:`\theta = A\eta`. The objective is unchanged: the
    penalty becomes :math:`\tfrac{\lambda_2}{2}\eta^\top A^\top D A\,\eta` and the
    constraints :math:`C A\,\eta \ge 0`.
-2. **Active-set enumeration.** With :math:`k` constraints there are :math:`2^k \le 4`
-   candidate active sets :math:`S`. For each, the problem restricted to the null space of
-   the active rows (:math:`\eta = N_S\zeta`) is solved by damped Newton: one data pass gives
-   the gradient and the :math:`p\times p` Hessian :math:`\tilde X^\top \operatorname{diag}(w
-   \sigma(1-\sigma))\tilde X`, the step is accepted by backtracking Armijo line search, and
-   the loop (a ``lax.while_loop``) stops when half the squared Newton decrement falls below
+2. **Newton on a face.** For an active set :math:`S` the problem restricted to
+   :math:`\{\eta : C_S\eta = 0\}` is solved by damped Newton with the projector :math:`P_S`
+   onto that subspace (step :math:`(P H P + I - P)\,d = -P g`, so one code path serves every
+   :math:`S` and ``vmap`` s over data-dependent active sets). Each loop iteration evaluates
+   the objective, the gradient and the :math:`p\times p` Hessian
+   :math:`\tilde X^\top \operatorname{diag}(w \sigma(1-\sigma))\tilde X` at one trial point
+   in one fused data pass (softplus and sigmoid share one ``exp``); the trial is accepted
+   by the Armijo test (its derivatives are then already computed) or the step is halved.
+   The loop (a ``lax.while_loop``) stops when half the squared Newton decrement falls below
    ``tol * sum(w)`` or after ``max_iter`` steps.
-   The constrained candidates start from the unconstrained optimum projected onto their
-   subspace (a warm start: usually 2-3 Newton steps).
-3. **Selection.** The solution is the feasible candidate with the lowest objective. For a
-   convex problem this is the constrained optimum: the optimum is the minimiser over the
-   subspace of its own active set, and it is feasible. The unconstrained candidate is
-   solved first; the others are solved only when it is infeasible (``lax.cond``; in the
-   batched solver the condition is "any problem in the batch").
+3. **Active set.** The unconstrained problem is solved first; if its optimum is feasible
+   it is the answer. Otherwise the rows it violates are the guessed active set, solved
+   warm-started from the unconstrained optimum. If that candidate satisfies the KKT
+   conditions (converged, feasible in the other rows, multipliers :math:`\mu \ge 0`) it is
+   the constrained optimum (convexity). Otherwise all :math:`2^k \le 4` active sets are
+   enumerated and the feasible candidate with the lowest objective is taken (the optimum
+   is the minimiser over the subspace of its own active set, and it is feasible). The
+   stages are ``lax.cond`` s, so the usual case costs two Newton solves.
 
 The returned :class:`SolverStatus` reports convergence, the active set, the Lagrange
 multipliers :math:`\mu \ge 0` of :math:`\nabla L = C^\top\mu` and the KKT residual.
