@@ -6,8 +6,17 @@ import pytest
 
 import jaxcal
 
-SUBPACKAGES = ["calibrators", "metrics", "data", "debias", "plot", "scoremodels", "recsys",
-               "clicks", "bayes"]
+SUBPACKAGES = [
+    "calibrators",
+    "metrics",
+    "data",
+    "debias",
+    "plot",
+    "scoremodels",
+    "recsys",
+    "clicks",
+    "bayes",
+]
 
 
 @pytest.mark.parametrize("name", sorted(jaxcal.__all__))
