@@ -256,15 +256,19 @@ def load_study(
             raise ValueError("absolute='naive_bayes' needs ratings (coat or yahoo).")
         n_u, n_i = 300, 300
         sim = simulate_preferences(n_users=n_u, n_items=n_i, seed=seed, base_rate=0.15)
-        clicks = np.asarray(sim.clicks).reshape(n_u, n_i).astype(np.int64)
-        relevance = np.asarray(sim.relevance).reshape(n_u, n_i)
+        # The simulator numbers items by popularity rank; relabel them at random so that an
+        # item id carries no information, as in real data (otherwise the authors'
+        # per-user-last hold-out would keep exactly the least popular items for validation).
+        relabel = np.random.default_rng(seed + 3).permutation(n_i)
+        clicks = np.asarray(sim.clicks).reshape(n_u, n_i)[:, relabel].astype(np.int64)
+        relevance = np.asarray(sim.relevance).reshape(n_u, n_i)[:, relabel]
         rng = np.random.default_rng(seed + 2)
         ti = np.argsort(rng.random((n_u, n_i)), axis=1)[:, :16].ravel()  # 16 random / user
         tu = np.repeat(np.arange(n_u), 16)
         train, valid, h = _holdout(clicks, holdout, seed)
         label = relevance[tu, ti].astype(np.float64)
         mar = _split_mar(tu.size, seed + 1)
-        omega = np.asarray(sim.propensity, np.float64).reshape(n_u, n_i)
+        omega = np.asarray(sim.propensity, np.float64).reshape(n_u, n_i)[:, relabel]
         source = "the simulator's true propensities x hold-out factor"
     else:
         raise ValueError(f"dataset must be coat, yahoo or synthetic; got {dataset!r}.")
