@@ -17,16 +17,23 @@ Weighted fits take per-score class weights ``w1`` (towards the positive class) a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 from jax.typing import ArrayLike
+from numpyro.distributions import constraints
 
+from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_fit_inputs
 
-__all__ = ["ScoreModel", "class_prior", "weighted_moments"]
+__all__ = ["ScoreModel", "class_prior", "weighted_moments", "bounded_site"]
+
+_STATUS_FIELDS = ("n_iter", "converged")  # fit diagnostics in some params classes, not draws
 
 
 def class_prior(w1: jax.Array, w0: jax.Array) -> jax.Array:
@@ -40,6 +47,35 @@ def weighted_moments(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     mean = jnp.sum(w * x) / total
     var = jnp.sum(w * (x - mean) ** 2) / total
     return mean, var
+
+
+def bounded_site(name: str, prior: dist.Distribution, bound: jax.Array, *, upper=False):
+    r"""A scalar parameter constrained to one side of a bound, with its original prior.
+
+    Samples ``{name}_excess`` :math:`\delta > 0` (``ImproperUniform`` on the positive reals;
+    NumPyro samples :math:`\log\delta`) and sets :math:`x = \text{bound} + \delta`
+    (``upper=True``: :math:`x = \text{bound} - \delta`), recorded as the deterministic site
+    ``name``, and adds ``prior.log_prob(x)`` as a factor. The map
+    :math:`\delta \mapsto x` has unit Jacobian and the bound depends only on parameters
+    sampled before, so the joint prior density of :math:`x` and those parameters is the
+    original (independent) prior restricted to the constrained set,
+    :math:`p(\cdot)\,\mathbf 1[x > \text{bound}]` (up to one normalising constant): the
+    constraint is part of the parameterisation and nothing is rejected.
+
+    Args:
+        name: site name of the constrained parameter.
+        prior: its original prior (an unconstrained-support or positive distribution).
+        bound: the bound (a function of earlier sites).
+        upper: ``True`` for :math:`x < \text{bound}`.
+
+    Returns:
+        The constrained value :math:`x`.
+    """
+    improper = dist.ImproperUniform(constraints.positive, (), ())
+    excess = numpyro.sample(f"{name}_excess", improper)
+    value = numpyro.deterministic(name, bound - excess if upper else bound + excess)
+    numpyro.factor(f"{name}_prior", prior.log_prob(value))
+    return value
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -56,6 +92,13 @@ class ScoreModel:
     """
 
     support: str = "real"  # "real" or "positive" (scores must be > 0) or "nonnegative"
+    params_class: type  # the fitted-parameters pytree class of the family
+    #: whether ``fit_bayes(monotone=True)`` is available (a monotone parameterisation)
+    monotone_parameterisation: bool = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register_serializable(cls)  # a posterior stores its score model: savable, no pickle
 
     def _check_support(self, s: np.ndarray) -> None:
         name = type(self).__name__
@@ -96,3 +139,63 @@ class ScoreModel:
     def predict(self, params, scores: ArrayLike) -> jax.Array:
         """Posterior :math:`P(y=1 \\mid s)` = ``sigmoid(log_odds(params, scores))``."""
         return jax.nn.sigmoid(self.log_odds(params, scores))
+
+    # ------------------------------------------------------------------ Bayesian inference
+    # Subclasses implement ``bayes_prior(pi1, *, lo, hi, monotone) -> params`` (NumPyro
+    # sample statements of the class-conditional parameters; every site of the params class
+    # is recorded, as a sample or deterministic site of the same name) and
+    # ``class_log_density(params, scores, labels) -> [n]`` (:math:`\log f_{y_i}(s_i)`).
+
+    def draw_names(self) -> tuple[str, ...]:
+        """Names of the parameters in a posterior's ``draws`` (the params-class fields)."""
+        names = [f.name for f in dataclasses.fields(self.params_class)]
+        return tuple(n for n in names if n not in _STATUS_FIELDS)
+
+    def params_from_draws(self, draws: dict) -> object:
+        """The params pytree of (any leading shape of) draws; status fields filled in."""
+        lead = jnp.shape(draws["pi1"])
+        extra = {}
+        for f in dataclasses.fields(self.params_class):
+            if f.name == "n_iter":
+                extra[f.name] = jnp.zeros(lead, jnp.int32)
+            elif f.name == "converged":
+                extra[f.name] = jnp.ones(lead, bool)
+        return self.params_class(**{n: draws[n] for n in self.draw_names()}, **extra)
+
+    def fit_bayes(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        sample_weight: ArrayLike | None = None,
+        method: str = "nuts",
+        key: jax.Array,
+        monotone: bool | None = None,
+        **kwargs,
+    ):
+        """Posterior over the class-conditional parameters (NUTS or SVI).
+
+        See :func:`jaxcal.bayes.scoremodel.fit_scoremodel_bayes` for the model, the monotone
+        parameterisation and every option (``num_samples``, ``num_warmup``,
+        ``num_chains``, ``num_steps``, ``subsample_size``, ...).
+
+        Returns:
+            A :class:`~jaxcal.bayes.scoremodel.ScoreModelPosterior`.
+
+        Example:
+            >>> post = jaxcal.scoremodels.GaussianScoreModel().fit_bayes(
+            ...     s, y, key=jax.random.key(0), num_samples=500)
+            >>> post.predict([0.0, 1.0]); post.interval([0.0, 1.0], level=0.9)
+        """
+        from jaxcal.bayes.scoremodel import fit_scoremodel_bayes
+
+        return fit_scoremodel_bayes(
+            self,
+            scores,
+            labels,
+            sample_weight=sample_weight,
+            method=method,
+            key=key,
+            monotone=monotone,
+            **kwargs,
+        )

@@ -17,7 +17,7 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior
+from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior
 from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior, _observe
 
 __all__ = ["ExponentialParams", "ExponentialScoreModel"]
@@ -42,6 +42,7 @@ class ExponentialScoreModel(ScoreModel):
 
     rate_scale: float = 3.0
     support = "nonnegative"
+    params_class = ExponentialParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Exponential(rate_y)``."""
@@ -51,6 +52,29 @@ class ExponentialScoreModel(ScoreModel):
         with numpyro.plate("class", 2):
             rate = numpyro.sample("rate", dist.LogNormal(0.0, self.rate_scale))
         _observe(dist.Exponential(rate[labels]), scores, sample_weight, n)
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> ExponentialParams:
+        r"""Priors of :meth:`model`, on the log rates :math:`\ell_k = \log\lambda_k \sim
+        \mathcal N(0, \text{rate\_scale}^2)`; ``monotone``: :math:`\ell_1 = \ell_0 -
+        \text{excess}` (the map is monotone everywhere iff :math:`\lambda_1 \le
+        \lambda_0`; the log rate enters the slope :math:`a = \lambda_0 - \lambda_1`
+        monotonically). Induced prior: :meth:`model`'s, conditioned on
+        :math:`\lambda_1 < \lambda_0`."""
+        del lo, hi
+        log_prior = dist.Normal(0.0, self.rate_scale)
+        log_rate0 = numpyro.sample("log_rate0", log_prior)
+        if monotone:
+            log_rate1 = bounded_site("log_rate1", log_prior, log_rate0, upper=True)
+        else:
+            log_rate1 = numpyro.sample("log_rate1", log_prior)
+        rate0 = numpyro.deterministic("rate0", jnp.exp(log_rate0))
+        rate1 = numpyro.deterministic("rate1", jnp.exp(log_rate1))
+        return ExponentialParams(rate0, rate1, pi1)
+
+    def class_log_density(self, params: ExponentialParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        rate = jnp.where(labels == 1, params.rate1, params.rate0)
+        return dist.Exponential(rate).log_prob(scores)
 
     def fit_weighted(self, scores, w1, w0) -> ExponentialParams:
         """Closed-form weighted MLE."""

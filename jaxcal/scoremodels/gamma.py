@@ -25,7 +25,7 @@ from jax.scipy.special import digamma, gammaln, polygamma
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior
+from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior
 from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior, _observe
 
 __all__ = ["GammaParams", "GammaScoreModel", "gamma_mle"]
@@ -88,6 +88,7 @@ class GammaScoreModel(ScoreModel):
     shape_scale: float = 2.0
     rate_scale: float = 3.0
     support = "positive"
+    params_class = GammaParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Gamma(alpha_y, beta_y)``."""
@@ -98,6 +99,44 @@ class GammaScoreModel(ScoreModel):
             alpha = numpyro.sample("alpha", dist.LogNormal(0.0, self.shape_scale))
             beta = numpyro.sample("beta", dist.LogNormal(0.0, self.rate_scale))
         _observe(dist.Gamma(alpha[labels], beta[labels]), scores, sample_weight, n)
+
+    def monotone_bound(self, alpha0, alpha1, beta1, lo, hi) -> jax.Array:
+        r"""Smallest ``beta0`` for which the map is non-decreasing on ``[lo, hi]`` (``lo > 0``).
+
+        The logit's derivative :math:`a/s + b` (:math:`a = \alpha_1 - \alpha_0`,
+        :math:`b = \beta_0 - \beta_1`) is monotone in :math:`s`, so it is :math:`\ge 0` on the
+        interval iff it is at both ends: :math:`\beta_0 \ge \beta_1 - \min(a/lo, a/hi)`.
+        The rate must also be positive, so the bound is
+        :math:`\max(0, \beta_1 - \min(a/lo, a/hi))`: a monotone :math:`\beta_0` exists for
+        every :math:`(\alpha_0, \alpha_1, \beta_1)`.
+        """
+        a = alpha1 - alpha0
+        return jnp.maximum(0.0, beta1 - jnp.minimum(a / lo, a / hi))
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> GammaParams:
+        """Priors of :meth:`model`; ``monotone``: ``beta0 = monotone_bound + excess`` (the
+        negative-class rate enters :math:`b` linearly). Induced prior: :meth:`model`'s,
+        conditioned on the map being non-decreasing on the training range ``[lo, hi]``."""
+        shape_prior = dist.LogNormal(0.0, self.shape_scale)
+        rate_prior = dist.LogNormal(0.0, self.rate_scale)
+        alpha0 = numpyro.sample("alpha0", shape_prior)
+        alpha1 = numpyro.sample("alpha1", shape_prior)
+        beta1 = numpyro.sample("beta1", rate_prior)
+        if monotone:
+            beta0 = bounded_site(
+                "beta0", rate_prior, self.monotone_bound(alpha0, alpha1, beta1, lo, hi)
+            )
+        else:
+            beta0 = numpyro.sample("beta0", rate_prior)
+        zero = jnp.zeros(jnp.shape(pi1), jnp.int32)
+        return GammaParams(alpha0, beta0, alpha1, beta1, pi1, zero, zero == 0)
+
+    def class_log_density(self, params: GammaParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        p = params
+        alpha = jnp.where(labels == 1, p.alpha1, p.alpha0)
+        beta = jnp.where(labels == 1, p.beta1, p.beta0)
+        return dist.Gamma(alpha, beta).log_prob(scores)
 
     def fit_weighted(self, scores, w1, w0) -> GammaParams:
         """Weighted MLE per class (Newton on the shape; pure, jit/vmap-able)."""

@@ -25,7 +25,7 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
+from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
 
 __all__ = [
     "GaussianParams",
@@ -89,6 +89,7 @@ class GaussianScoreModel(ScoreModel):
 
     loc_scale: float = 10.0
     scale_scale: float = 10.0
+    params_class = GaussianParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd_y^2)``."""
@@ -99,6 +100,46 @@ class GaussianScoreModel(ScoreModel):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
             sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
         _observe(dist.Normal(mu[labels], sd[labels]), scores, sample_weight, n)
+
+    def monotone_bound(self, mu0, sd0, sd1, lo, hi) -> jax.Array:
+        r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]``.
+
+        The logit's derivative :math:`2as + b = s(\sigma_0^{-2} - \sigma_1^{-2})
+        + \mu_1/\sigma_1^2 - \mu_0/\sigma_0^2` is linear in :math:`s`, so it is
+        :math:`\ge 0` on the interval iff it is at both ends; at an end :math:`s` this reads
+        :math:`\mu_1 \ge s + (\sigma_1/\sigma_0)^2(\mu_0 - s)` (multiply by
+        :math:`\sigma_1^2 > 0`). Hence, for given :math:`(\mu_0, \sigma_0, \sigma_1)`, the
+        monotone set is :math:`\mu_1 \ge \max_{s \in \{lo, hi\}}[s + r^2(\mu_0 - s)]`,
+        :math:`r = \sigma_1/\sigma_0`.
+        """
+        r2 = (sd1 / sd0) ** 2
+        return jnp.maximum(lo + r2 * (mu0 - lo), hi + r2 * (mu0 - hi))
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> GaussianParams:
+        """Priors of :meth:`model`; ``monotone``: ``mu1 = monotone_bound + excess``.
+
+        The induced prior is the prior of :meth:`model` conditioned on the map being
+        non-decreasing on the training range ``[lo, hi]`` (see
+        :func:`~jaxcal.scoremodels._base.bounded_site`).
+        """
+        mu0 = numpyro.sample("mu0", dist.Normal(0.0, self.loc_scale))
+        sd0 = numpyro.sample("sd0", dist.HalfNormal(self.scale_scale))
+        sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
+        mu1_prior = dist.Normal(0.0, self.loc_scale)
+        if monotone:
+            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(mu0, sd0, sd1, lo, hi))
+        else:
+            mu1 = numpyro.sample("mu1", mu1_prior)
+        return GaussianParams(mu0, sd0, mu1, sd1, pi1)
+
+    def class_log_density(self, params: GaussianParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        p = params
+        return jnp.where(
+            labels == 1,
+            dist.Normal(p.mu1, p.sd1).log_prob(scores),
+            dist.Normal(p.mu0, p.sd0).log_prob(scores),
+        )
 
     def fit_weighted(self, scores, w1, w0) -> GaussianParams:
         """Closed-form weighted MLE (pure; jit/vmap-able)."""
@@ -151,6 +192,7 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
 
     loc_scale: float = 10.0
     scale_scale: float = 10.0
+    params_class = EqualVarianceGaussianParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd^2)``."""
@@ -161,6 +203,23 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
         _observe(dist.Normal(mu[labels], sd), scores, sample_weight, n)
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> EqualVarianceGaussianParams:
+        r"""Priors of :meth:`model`; ``monotone``: ``mu1 = mu0 + excess`` (the map is Platt's
+        with slope :math:`(\mu_1 - \mu_0)/\sigma^2`, monotone everywhere iff
+        :math:`\mu_1 \ge \mu_0`). Induced prior: :meth:`model`'s, conditioned on
+        :math:`\mu_1 > \mu_0`."""
+        del lo, hi
+        mu0 = numpyro.sample("mu0", dist.Normal(0.0, self.loc_scale))
+        sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
+        mu1_prior = dist.Normal(0.0, self.loc_scale)
+        mu1 = bounded_site("mu1", mu1_prior, mu0) if monotone else numpyro.sample("mu1", mu1_prior)
+        return EqualVarianceGaussianParams(mu0, mu1, sd, pi1)
+
+    def class_log_density(self, params: EqualVarianceGaussianParams, scores, labels):
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        mu = jnp.where(labels == 1, params.mu1, params.mu0)
+        return dist.Normal(mu, params.sd).log_prob(scores)
 
     def fit_weighted(self, scores, w1, w0) -> EqualVarianceGaussianParams:
         """Closed-form weighted MLE with the pooled variance."""

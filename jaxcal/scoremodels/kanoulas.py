@@ -24,7 +24,7 @@ from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
+from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
 from jaxcal.scoremodels.gamma import gamma_mle
 from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
 
@@ -62,6 +62,7 @@ class KanoulasScoreModel(ScoreModel):
     loc_scale: float = 10.0
     scale_scale: float = 10.0
     support = "positive"
+    params_class = KanoulasParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Gamma(alpha0, beta0)``,
@@ -83,6 +84,44 @@ class KanoulasScoreModel(ScoreModel):
             )
             w = 1.0 if sample_weight is None else jnp.asarray(sample_weight)
             numpyro.factor("scores_loglik", jnp.sum(w * logp))
+
+    def monotone_bound(self, alpha0, beta0, sd1, lo, hi) -> jax.Array:
+        r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]`` (``lo > 0``).
+
+        :math:`s\,z'(s) = g(s) = 2as^2 + bs + c` with :math:`b = \mu/\sigma^2 + \beta`;
+        :math:`g` is concave, so :math:`g \ge 0` on the interval iff at both ends, and at an
+        end :math:`s > 0` this reads :math:`\mu \ge s + \sigma^2((\alpha - 1)/s - \beta)`
+        (divide by :math:`s/\sigma^2 > 0`). The bound is the max over the two ends.
+        """
+        var = sd1**2
+        end = lambda s: s + var * (alpha0 - 1.0) / s  # noqa: E731
+        return jnp.maximum(end(lo), end(hi)) - var * beta0
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> KanoulasParams:
+        r"""Priors of :meth:`model`; ``monotone``: ``mu1 = monotone_bound + excess`` (``mu1``
+        enters :math:`b` linearly). Induced prior: :meth:`model`'s, conditioned on the map
+        being non-decreasing on the training range ``[lo, hi]`` (the model is never monotone
+        on :math:`[0, \infty)`; above ``hi`` a draw eventually decreases)."""
+        alpha0 = numpyro.sample("alpha0", dist.LogNormal(0.0, self.shape_scale))
+        beta0 = numpyro.sample("beta0", dist.LogNormal(0.0, self.rate_scale))
+        sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
+        mu1_prior = dist.Normal(0.0, self.loc_scale)
+        if monotone:
+            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(alpha0, beta0, sd1, lo, hi))
+        else:
+            mu1 = numpyro.sample("mu1", mu1_prior)
+        zero = jnp.zeros(jnp.shape(pi1), jnp.int32)
+        return KanoulasParams(alpha0, beta0, mu1, sd1, pi1, zero, zero == 0)
+
+    def class_log_density(self, params: KanoulasParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        p = params
+        s_neg = jnp.where(labels == 0, scores, 1.0)  # keeps the unused branch finite
+        return jnp.where(
+            labels == 1,
+            dist.Normal(p.mu1, p.sd1).log_prob(scores),
+            dist.Gamma(p.alpha0, p.beta0).log_prob(s_neg),
+        )
 
     def fit_weighted(self, scores, w1, w0) -> KanoulasParams:
         """Weighted MLE: Newton on the Gamma shape, closed form for the Gaussian."""

@@ -23,7 +23,7 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
+from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
 from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
 
 __all__ = ["ManmathaParams", "ManmathaScoreModel"]
@@ -55,6 +55,7 @@ class ManmathaScoreModel(ScoreModel):
     loc_scale: float = 10.0
     scale_scale: float = 10.0
     support = "nonnegative"
+    params_class = ManmathaParams
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Exp(rate0)``,
@@ -74,6 +75,41 @@ class ManmathaScoreModel(ScoreModel):
         w = 1.0 if sample_weight is None else jnp.asarray(sample_weight)
         if scores is not None:
             numpyro.factor("scores_loglik", jnp.sum(w * logp))
+
+    def monotone_bound(self, rate0, sd1, lo, hi) -> jax.Array:
+        r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]``.
+
+        The derivative :math:`2as + b = (\mu - s)/\sigma^2 + \lambda` decreases in
+        :math:`s`, so it is :math:`\ge 0` on the interval iff at ``hi``:
+        :math:`\mu \ge hi - \lambda\sigma^2` (the peak :math:`s^*` at or beyond ``hi``).
+        """
+        del lo
+        return hi - rate0 * sd1**2
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> ManmathaParams:
+        r"""Priors of :meth:`model`; ``monotone``: ``mu1 = monotone_bound + excess``. Induced
+        prior: :meth:`model`'s, conditioned on the map being non-decreasing on the training
+        range (never on :math:`[0, \infty)`: every draw turns down above its peak
+        :math:`s^* \ge hi`). Forcing the peak beyond the largest score is a strong
+        assumption when positives are centred inside the range; pass ``monotone=False``
+        for Manmatha's original model."""
+        rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
+        sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
+        mu1_prior = dist.Normal(0.0, self.loc_scale)
+        if monotone:
+            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(rate0, sd1, lo, hi))
+        else:
+            mu1 = numpyro.sample("mu1", mu1_prior)
+        return ManmathaParams(rate0, mu1, sd1, pi1)
+
+    def class_log_density(self, params: ManmathaParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
+        p = params
+        return jnp.where(
+            labels == 1,
+            dist.Normal(p.mu1, p.sd1).log_prob(scores),
+            dist.Exponential(p.rate0).log_prob(jnp.maximum(scores, 0.0)),
+        )
 
     def fit_weighted(self, scores, w1, w0) -> ManmathaParams:
         """Closed-form weighted MLE."""

@@ -22,6 +22,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 from jax.typing import ArrayLike
+from numpyro.distributions import constraints
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
@@ -127,6 +128,8 @@ class GaussianMixtureScoreModel(ScoreModel):
     max_iter: int = 500
     tol: float = 1e-10
     min_sd_fraction: float = 1e-3
+    params_class = GaussianMixtureParams
+    monotone_parameterisation = False  # no parameterisation makes every mixture map monotone
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ mixture_y``."""
@@ -150,6 +153,41 @@ class GaussianMixtureScoreModel(ScoreModel):
             numpyro.factor(
                 "scores_loglik", jnp.sum(jnp.asarray(sample_weight) * d.log_prob(scores))
             )
+
+    def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> GaussianMixtureParams:
+        r"""Priors of :meth:`model` with the component means *ordered* within each class.
+
+        ``mu`` is sampled on ``constraints.ordered_vector`` with the factor of the i.i.d.
+        :math:`\mathcal N(0, \text{loc\_scale}^2)` prior: the induced prior is that prior
+        restricted to :math:`\mu_{k1} < \dots < \mu_{kK}` (times :math:`K!`), which removes
+        label switching (so R-hat and ESS of the component parameters are meaningful); the
+        calibration map is invariant to the order, so its posterior is unchanged. There is no
+        monotone parameterisation (``monotone`` must be ``False``): the log-density ratio of
+        two mixtures is not monotone in general, and the set of monotone maps is not a simple
+        bound on one parameter. ``diagnostics()`` reports the share of monotone draws.
+        """
+        del lo, hi
+        if monotone:
+            raise ValueError("Gaussian mixtures have no monotone parameterisation.")
+        K = self.n_components
+        with numpyro.plate("class", 2):
+            rho = numpyro.sample("rho", dist.Dirichlet(jnp.ones(K)))
+        ordered = dist.ImproperUniform(constraints.ordered_vector, (2,), (K,))
+        mu = numpyro.sample("mu", ordered)
+        numpyro.factor("mu_prior", jnp.sum(dist.Normal(0.0, self.loc_scale).log_prob(mu)))
+        sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale).expand([2, K]).to_event(2))
+        names = ("rho0", "mu0", "sd0", "rho1", "mu1", "sd1")
+        values = (rho[0], mu[0], sd[0], rho[1], mu[1], sd[1])
+        p = {n: numpyro.deterministic(n, v) for n, v in zip(names, values, strict=True)}
+        zero = jnp.zeros(jnp.shape(pi1), jnp.int32)
+        return GaussianMixtureParams(**p, pi1=pi1, n_iter=zero, converged=zero == 0)
+
+    def class_log_density(self, params: GaussianMixtureParams, scores, labels) -> jax.Array:
+        r"""``[n]`` :math:`\log f_{y_i}(s_i)` (log-sum-exp over components)."""
+        p = params
+        l1 = logsumexp(_component_logpdf(scores, p.rho1, p.mu1, p.sd1), axis=1)
+        l0 = logsumexp(_component_logpdf(scores, p.rho0, p.mu0, p.sd0), axis=1)
+        return jnp.where(labels == 1, l1, l0)
 
     def fit_weighted(self, scores, w1, w0) -> GaussianMixtureParams:
         """Weighted EM per class (pure; jit/vmap-able)."""

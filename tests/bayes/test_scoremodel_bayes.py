@@ -1,0 +1,563 @@
+"""Bayesian score models: NUTS / SVI posteriors against closed forms (Beta posterior of pi1,
+2-D quadrature of the truncated exponential-rate posterior), scipy log densities, simulations
+with known ground truth, finite-difference slopes of the scipy log-density ratio (the
+monotone bounds are exact), and dense-grid monotonicity of every draw."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats as ss
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpyro.handlers import seed, substitute, trace
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn, log_density
+from scipy.special import expit, logit, logsumexp
+
+import jaxcal
+from jaxcal.bayes.scoremodel import (
+    ScoreData,
+    ScoreModelPosterior,
+    _run,
+    fit_scoremodel_bayes,
+    scoremodel_bayes_model,
+)
+from jaxcal.scoremodels import (
+    EqualVarianceGaussianScoreModel,
+    ExponentialScoreModel,
+    GammaScoreModel,
+    GaussianMixtureScoreModel,
+    GaussianScoreModel,
+    KanoulasScoreModel,
+    ManmathaScoreModel,
+)
+
+RTOL64 = 1e-10  # log densities vs scipy
+SLOPE_TOL = 1e-5  # finite-difference slope of the log-odds at a bound (relative)
+GRID_TOL = 1e-9  # dense-grid monotonicity, relative to the logit's magnitude
+MC_MEAN_TOL = 0.15  # NUTS vs exact posterior: |mean difference| / posterior sd
+MC_SD_RTOL = 0.10  # NUTS vs exact posterior: relative sd difference
+COVERAGE_MIN = 0.85  # issue 4: 90% intervals cover the truth at >= 85% of the grid
+MEAN_SD_TOL = 2.0  # NUTS vs SVI / minibatch vs full batch: means within 2 posterior sd
+SD_RTOL = 0.30  # ... and sd within 30%
+
+MONOTONE_FAMILIES = [
+    GaussianScoreModel(),
+    EqualVarianceGaussianScoreModel(),
+    ExponentialScoreModel(),
+    GammaScoreModel(),
+    KanoulasScoreModel(),
+    ManmathaScoreModel(),
+]
+ALL_FAMILIES = [*MONOTONE_FAMILIES, GaussianMixtureScoreModel()]
+
+
+# --- independent oracles: scipy log densities ------------------------------------------------
+
+
+def scipy_log_f(sm, p, s):
+    """``(log f0(s), log f1(s))`` from scipy.stats for params dict ``p``."""
+    norm, gamma, expon = ss.norm.logpdf, ss.gamma.logpdf, ss.expon.logpdf
+    if isinstance(sm, GaussianScoreModel):
+        return norm(s, p["mu0"], p["sd0"]), norm(s, p["mu1"], p["sd1"])
+    if isinstance(sm, EqualVarianceGaussianScoreModel):
+        return norm(s, p["mu0"], p["sd"]), norm(s, p["mu1"], p["sd"])
+    if isinstance(sm, ExponentialScoreModel):
+        return expon(s, scale=1 / p["rate0"]), expon(s, scale=1 / p["rate1"])
+    if isinstance(sm, GammaScoreModel):
+        f0 = gamma(s, p["alpha0"], scale=1 / p["beta0"])
+        return f0, gamma(s, p["alpha1"], scale=1 / p["beta1"])
+    if isinstance(sm, KanoulasScoreModel):
+        f0 = gamma(s, p["alpha0"], scale=1 / p["beta0"])
+        return f0, norm(s, p["mu1"], p["sd1"])
+    if isinstance(sm, ManmathaScoreModel):
+        return expon(s, scale=1 / p["rate0"]), norm(s, p["mu1"], p["sd1"])
+    lf = []
+    for k in (0, 1):
+        comp = np.log(p[f"rho{k}"]) + norm(s[:, None], p[f"mu{k}"], p[f"sd{k}"])
+        lf.append(logsumexp(comp, axis=1))
+    return tuple(lf)
+
+
+def scipy_log_odds(sm, p, s):
+    f0, f1 = scipy_log_f(sm, p, np.asarray(s, np.float64))
+    return logit(p["pi1"]) + f1 - f0
+
+
+def scipy_log_prior(sm, p):
+    """The family's documented (untruncated) priors, in the coordinates the model samples."""
+    lp = ss.beta.logpdf(p["pi1"], 1, 1)
+    norm, half, lnorm = ss.norm.logpdf, ss.halfnorm.logpdf, ss.lognorm.logpdf
+    if isinstance(sm, GaussianScoreModel):
+        lp += norm([p["mu0"], p["mu1"]], 0, sm.loc_scale).sum()
+        lp += half([p["sd0"], p["sd1"]], scale=sm.scale_scale).sum()
+    elif isinstance(sm, EqualVarianceGaussianScoreModel):
+        lp += norm([p["mu0"], p["mu1"]], 0, sm.loc_scale).sum()
+        lp += half(p["sd"], scale=sm.scale_scale)
+    elif isinstance(sm, ExponentialScoreModel):  # LogNormal rates = Normal log rates
+        lp += norm(np.log([p["rate0"], p["rate1"]]), 0, sm.rate_scale).sum()
+    elif isinstance(sm, GammaScoreModel):
+        lp += lnorm([p["alpha0"], p["alpha1"]], sm.shape_scale).sum()
+        lp += lnorm([p["beta0"], p["beta1"]], sm.rate_scale).sum()
+    elif isinstance(sm, KanoulasScoreModel):
+        lp += lnorm(p["alpha0"], sm.shape_scale) + lnorm(p["beta0"], sm.rate_scale)
+        lp += norm(p["mu1"], 0, sm.loc_scale) + half(p["sd1"], scale=sm.scale_scale)
+    elif isinstance(sm, ManmathaScoreModel):
+        lp += lnorm(p["rate0"], sm.rate_scale)
+        lp += norm(p["mu1"], 0, sm.loc_scale) + half(p["sd1"], scale=sm.scale_scale)
+    else:
+        K = sm.n_components
+        for k in (0, 1):
+            lp += ss.dirichlet.logpdf(p[f"rho{k}"], np.ones(K))
+            lp += norm(p[f"mu{k}"], 0, sm.loc_scale).sum()
+            lp += half(p[f"sd{k}"], scale=sm.scale_scale).sum()
+    return float(lp)
+
+
+def family_data(sm, n, seed):
+    """Scores in the family's support with a real class signal."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.35).astype(float)
+    y[:2] = [0, 1]
+    if sm.support == "real":
+        s = rng.normal(np.where(y == 1, 1.5, 0.0), np.where(y == 1, 1.1, 1.0))
+    elif isinstance(sm, ExponentialScoreModel | ManmathaScoreModel):
+        s = rng.exponential(np.where(y == 1, 2.5, 1.0))
+    else:
+        s = rng.gamma(np.where(y == 1, 5.0, 2.0), 1.0)
+    return s, y
+
+
+def grid_is_monotone(sm, p, lo, hi, n=4001):
+    z = scipy_log_odds(sm, p, np.linspace(lo, hi, n))
+    return bool(np.all(np.diff(z) >= -GRID_TOL * (1 + np.abs(z).max())))
+
+
+def _latent(site):
+    return site["type"] == "sample" and not site["is_observed"]
+
+
+def prior_sites(sm, lo, hi, monotone, key=0):
+    """Latent sites of the prior (constrained values from ``init_to_uniform``)."""
+    fn = lambda: scoremodel_bayes_model(sm, None, lo=lo, hi=hi, monotone=monotone)  # noqa: E731
+    tr = trace(substitute(seed(fn, key), substitute_fn=init_to_uniform(radius=2.0))).get_trace()
+    return fn, tr
+
+
+# --- the model: log density equals scipy, the bounds are exact, every draw is monotone --------
+
+
+@pytest.mark.parametrize("sm", ALL_FAMILIES, ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("monotone", [True, False])
+def test_model_log_density_equals_scipy(sm, monotone):
+    """log joint (constrained coordinates, ``numpyro.infer.util.log_density``) = scipy priors
+    of the family + weighted Bernoulli/score log-likelihood; with ``monotone`` the constrained
+    parameter comes from ``bound + excess`` and is monotone on the range (truncated prior)."""
+    if monotone and not sm.monotone_parameterisation:
+        pytest.skip("no monotone parameterisation")
+    s, y = family_data(sm, 60, 1)
+    w = np.random.default_rng(2).uniform(0.2, 3.0, s.size)
+    lo, hi = s.min(), s.max()
+    _, tr = prior_sites(sm, lo, hi, monotone, key=3)
+    latent = {k: v["value"] for k, v in tr.items() if _latent(v)}
+    data = ScoreData(jnp.asarray(s), jnp.asarray(y), jnp.asarray(w))
+    kw = {"lo": lo, "hi": hi, "monotone": monotone}
+    ld, mtr = log_density(scoremodel_bayes_model, (sm, data), kw, latent)
+    p = {k: np.asarray(mtr[k]["value"]) for k in sm.draw_names()}
+    f0, f1 = scipy_log_f(sm, p, s)
+    ref = scipy_log_prior(sm, p) + np.sum(
+        w * np.where(y == 1, np.log(p["pi1"]) + f1, np.log1p(-p["pi1"]) + f0)
+    )
+    np.testing.assert_allclose(float(ld), ref, rtol=RTOL64)
+    if monotone:
+        assert grid_is_monotone(sm, p, lo, hi)
+
+
+def _fd_slope(sm, p, s):
+    h = 1e-5 * (1 + abs(s))
+    z = scipy_log_odds(sm, p, np.array([s - h, s + h]))
+    return (z[1] - z[0]) / (2 * h)
+
+
+BOUND_CASES = {
+    "GaussianScoreModel": ("mu1", lambda sm, p, lo, hi: sm.monotone_bound(
+        p["mu0"], p["sd0"], p["sd1"], lo, hi)),
+    "GammaScoreModel": ("beta0", lambda sm, p, lo, hi: sm.monotone_bound(
+        p["alpha0"], p["alpha1"], p["beta1"], lo, hi)),
+    "KanoulasScoreModel": ("mu1", lambda sm, p, lo, hi: sm.monotone_bound(
+        p["alpha0"], p["beta0"], p["sd1"], lo, hi)),
+    "ManmathaScoreModel": ("mu1", lambda sm, p, lo, hi: sm.monotone_bound(
+        p["rate0"], p["sd1"], lo, hi)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BOUND_CASES))
+def test_monotone_bound_is_exactly_the_boundary(name):
+    """At ``bound`` the scipy log-odds slope is 0 at one end of the range and >= 0 at the
+    other; just above it the map is monotone on a dense grid, just below it is not: the
+    reparameterisation ``bound + excess`` covers exactly the monotone set."""
+    sm = {type(m).__name__: m for m in MONOTONE_FAMILIES}[name]
+    site, bound_fn = BOUND_CASES[name]
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(
+        st.floats(0.05, 4.0),
+        st.floats(0.3, 6.0),
+        st.lists(st.floats(0.3, 3.0), min_size=3, max_size=3),
+        st.floats(-1.0, 3.0),
+    )
+    def check(lo, width, pos, loc):
+        if sm.support == "real":
+            lo = lo - 2.0
+        hi = lo + width
+        p = {"pi1": 0.3, "mu0": loc, "sd0": pos[0], "sd1": pos[1], "alpha0": pos[0] + 0.5,
+             "alpha1": pos[2] + 0.5, "beta1": pos[1], "beta0": pos[2], "rate0": pos[0],
+             "mu1": loc}  # fmt: skip
+        b = float(bound_fn(sm, p, lo, hi))
+        p[site] = b
+        slopes = [_fd_slope(sm, p, lo), _fd_slope(sm, p, hi)]
+        scale = 1 + max(abs(x) for x in slopes) + abs(_fd_slope(sm, {**p, site: b + 1}, lo))
+        assert min(slopes) >= -SLOPE_TOL * scale
+        if name == "GammaScoreModel" and b == 0.0:
+            return  # the rate's positivity, not monotonicity, binds
+        assert min(slopes) <= SLOPE_TOL * scale  # tight: zero slope at one end
+        delta = 0.05 * (1 + abs(b))
+        assert grid_is_monotone(sm, {**p, site: b + delta}, lo, hi)
+        if name == "GammaScoreModel" and b <= delta:
+            delta = 0.5 * b  # stay a valid (positive) rate
+        assert not grid_is_monotone(sm, {**p, site: b - delta}, lo, hi)
+
+    check()
+
+
+@pytest.mark.parametrize("sm", MONOTONE_FAMILIES, ids=lambda m: type(m).__name__)
+def test_every_point_of_the_parameterisation_is_monotone(sm):
+    """Every draw is the image of an unconstrained point: random unconstrained points
+    (hypothesis) and random ranges give maps that are monotone on a dense scipy grid."""
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @given(st.integers(0, 2**31 - 1), st.floats(0.05, 3.0), st.floats(0.2, 8.0))
+    def check(key, lo, width):
+        if sm.support == "real":
+            lo -= 2.0
+        hi = lo + width
+        fn, tr = prior_sites(sm, lo, hi, True, key=key)
+        rng = np.random.default_rng(key)
+        z = {k: rng.uniform(-3.0, 3.0, np.shape(v["value"])) for k, v in tr.items() if _latent(v)}
+        sites = constrain_fn(fn, (), {}, z, return_deterministic=True)
+        p = {k: np.asarray(sites[k]) for k in sm.draw_names()}
+        assert grid_is_monotone(sm, p, lo, hi)
+        assert bool(sm.is_monotone(sm.params_from_draws(sites), lo, hi))
+
+    check()
+
+
+# --- NUTS against exact posteriors -----------------------------------------------------------
+
+N_EXP = 1500  # one compiled shape for every exponential run (zero weights pad smaller data)
+NUTS_KW = dict(num_samples=1000, num_warmup=400, num_chains=4)
+
+
+def _padded(s, y, w, n):
+    pad = n - s.size
+    return (
+        np.concatenate([s, np.full(pad, s.mean())]),
+        np.concatenate([y, np.zeros(pad)]),
+        np.concatenate([w, np.zeros(pad)]),
+    )
+
+
+@pytest.fixture(scope="module")
+def exp_small():
+    """40 weighted points with close rates, so the truncation rate1 < rate0 matters."""
+    rng = np.random.default_rng(5)
+    y = np.r_[np.ones(12), np.zeros(28)]
+    s = rng.exponential(1 / np.where(y == 1, 0.8, 1.0))
+    w = rng.uniform(0.5, 2.0, y.size)
+    post = ExponentialScoreModel().fit_bayes(
+        *_padded(s, y, w, N_EXP)[:2],
+        sample_weight=_padded(s, y, w, N_EXP)[2],
+        key=jax.random.key(0),
+        **NUTS_KW,
+    )
+    return s, y, w, post
+
+
+def test_pi1_posterior_is_the_beta_closed_form(exp_small):
+    """pi1 ~ Beta(1, 1) and the weighted labels give Beta(1 + sum w y, 1 + sum w (1 - y))."""
+    _, y, w, post = exp_small
+    exact = ss.beta(1 + np.sum(w * y), 1 + np.sum(w * (1 - y)))
+    d = np.asarray(post.draws["pi1"]).ravel()
+    assert abs(d.mean() - exact.mean()) < MC_MEAN_TOL * exact.std()
+    assert abs(d.std() / exact.std() - 1) < MC_SD_RTOL
+
+
+def test_truncated_rate_posterior_equals_2d_quadrature(exp_small):
+    """(rate0, rate1) | data with LogNormal(0, 3) priors truncated to rate1 < rate0: mean and
+    sd of each rate by quadrature on a fine grid of log rates (an independent oracle of the
+    monotone parameterisation, its Jacobian and the weighted likelihood)."""
+    s, y, w, post = exp_small
+    sm = ExponentialScoreModel()
+    l = np.linspace(-3.0, 2.0, 1201)  # noqa: E741
+    L0, L1 = np.meshgrid(l, l, indexing="ij")
+
+    def loglik(lr, mask):
+        return np.sum(w[mask]) * lr - np.exp(lr) * np.sum((w * s)[mask])
+
+    logp = (
+        ss.norm.logpdf(L0, 0, sm.rate_scale)
+        + ss.norm.logpdf(L1, 0, sm.rate_scale)
+        + loglik(L0, y == 0)
+        + loglik(L1, y == 1)
+    )
+    logp = np.where(L1 < L0, logp, -np.inf)
+    prob = np.exp(logp - logp.max())
+    prob /= prob.sum()
+    assert prob[0].sum() + prob[-1].sum() + prob[:, 0].sum() + prob[:, -1].sum() < 1e-12
+    assert post.is_monotone()
+    for name, L in (("rate0", L0), ("rate1", L1)):
+        r = np.exp(L)
+        mean = np.sum(prob * r)
+        sd = np.sqrt(np.sum(prob * (r - mean) ** 2))
+        d = np.asarray(post.draws[name]).ravel()
+        assert abs(d.mean() - mean) < MC_MEAN_TOL * sd, name
+        assert abs(d.std() / sd - 1) < MC_SD_RTOL, name
+    # the truncation matters here: the untruncated rate1 posterior is wider and higher
+    untr = ss.norm.logpdf(l, 0, sm.rate_scale) + loglik(l, y == 1)
+    pu = np.exp(untr - untr.max())
+    pu /= pu.sum()
+    assert np.sum(pu * np.exp(l)) > np.asarray(post.draws["rate1"]).mean() + 0.05
+    d = post.diagnostics()
+    assert d["divergences"] == 0 and d["monotone_share"] == 1.0
+    assert all(d["r_hat"][k] < 1.01 for k in ("pi1", "rate0", "rate1"))
+
+
+@pytest.fixture(scope="module")
+def exp_large():
+    rng = np.random.default_rng(7)
+    y = (rng.random(N_EXP) < 0.3).astype(float)
+    s = rng.exponential(1 / np.where(y == 1, 0.4, 1.0))
+    return s, y
+
+
+def _mean_sd(post, names):
+    d = {k: np.asarray(post.draws[k]).ravel() for k in names}
+    return np.array([d[k].mean() for k in names]), np.array([d[k].std() for k in names])
+
+
+def test_nuts_svi_and_minibatch_svi_agree(exp_large):
+    s, y = exp_large
+    sm = ExponentialScoreModel()
+    names = ("pi1", "rate0", "rate1")
+    nuts = sm.fit_bayes(s, y, key=jax.random.key(1), **NUTS_KW)
+    svi_kw = dict(method="svi", num_steps=1500, num_samples=4000)
+    svi = sm.fit_bayes(s, y, key=jax.random.key(2), **svi_kw)
+    mini = sm.fit_bayes(s, y, key=jax.random.key(3), subsample_size=300, **svi_kw)
+    m_n, sd_n = _mean_sd(nuts, names)
+    for post in (svi, mini):
+        m, sd = _mean_sd(post, names)
+        assert np.all(np.abs(m - m_n) < MEAN_SD_TOL * sd_n), (post.method, m, m_n)
+        assert np.all(np.abs(sd / sd_n - 1) < SD_RTOL), (sd, sd_n)
+        assert post.is_monotone()
+        assert post.diagnostics()["loss_change"] < 0.01
+    # and all three contain the truth
+    assert np.all(np.abs(m_n - [0.3, 1.0, 0.4]) < 4 * sd_n)
+
+
+# --- simulation from a known score model: coverage, convergence to the point fit ------------
+
+TRUE_G = dict(mu0=0.0, sd0=1.0, mu1=1.5, sd1=1.1, pi1=0.3)  # monotone on any range shown
+N_G = 2000
+G_KW = dict(num_samples=300, num_warmup=300, num_chains=2)
+
+
+def simulate_gaussian(n, seed):
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < TRUE_G["pi1"]).astype(float)
+    s = rng.normal(np.where(y == 1, TRUE_G["mu1"], TRUE_G["mu0"]),
+                   np.where(y == 1, TRUE_G["sd1"], TRUE_G["sd0"]))  # fmt: skip
+    return s, y
+
+
+def test_intervals_cover_the_true_map_and_mean_approaches_point_fit():
+    """Over seeds, the 90% intervals of P(y=1|s) cover the true map (scipy Bayes rule) at
+    >= 85% of a grid; with all 2000 points the posterior mean is closer to the point fit
+    than with 150. All runs share one compiled shape (zero weights pad the small data)."""
+    sm = GaussianScoreModel()
+    grid = np.linspace(-1.5, 3.0, 19)
+    truth = expit(scipy_log_odds(sm, TRUE_G, grid))
+    assert grid_is_monotone(sm, TRUE_G, -6, 8)
+    n_small, covered, gaps = 150, [], {}
+    for seed_ in range(8):
+        s, y = simulate_gaussian(N_G, seed_)
+        w = np.r_[np.ones(n_small), np.zeros(N_G - n_small)]
+        s_fit = np.where(w > 0, s, s[0])
+        post = sm.fit_bayes(s_fit, y, sample_weight=w, key=jax.random.key(seed_), **G_KW)
+        lo, hi = post.interval(grid, level=0.9)
+        covered.append(np.mean((np.asarray(lo) <= truth) & (truth <= np.asarray(hi))))
+        if seed_ < 2:
+            point = sm.predict(sm.fit(s[:n_small], y[:n_small]), grid)
+            gaps.setdefault("small", []).append(np.max(np.abs(post.predict(grid) - point)))
+            big = sm.fit_bayes(s, y, key=jax.random.key(seed_), **G_KW)
+            point = sm.predict(sm.fit(s, y), grid)
+            gaps.setdefault("big", []).append(np.max(np.abs(big.predict(grid) - point)))
+            assert big.diagnostics()["monotone_share"] == 1.0
+    assert np.mean(covered) >= COVERAGE_MIN, covered
+    assert np.mean(gaps["big"]) < 0.01
+    assert np.mean(gaps["big"]) < 0.5 * np.mean(gaps["small"]), gaps
+    # one compilation for every run above
+    assert _run._cache_size() >= 1
+    before = _run._cache_size()
+    s, y = simulate_gaussian(N_G, 99)
+    sm.fit_bayes(s, y, key=jax.random.key(9), **G_KW)
+    assert _run._cache_size() == before
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(
+    st.integers(0, 10_000),
+    st.floats(-1.0, 1.0),
+    st.floats(0.4, 2.5),
+    st.floats(0.4, 2.5),
+    st.floats(0.1, 0.9),
+)
+def test_every_nuts_draw_monotone_on_random_data(seed_, mu1, sd0, sd1, pi1):
+    """Random data from Gaussian score models, monotone or not on the range: every NUTS draw
+    of ``GaussianScoreModel`` (the range-dependent bound) is monotone on a dense scipy grid."""
+    rng = np.random.default_rng(seed_)
+    y = (rng.random(N_G) < pi1).astype(float)
+    y[:2] = [0, 1]
+    s = rng.normal(np.where(y == 1, mu1, 0.0), np.where(y == 1, sd1, sd0))
+    sm = GaussianScoreModel()
+    post = sm.fit_bayes(s, y, key=jax.random.key(seed_), **G_KW)
+    assert post.is_monotone()
+    draws = {k: np.asarray(v).ravel() for k, v in post.draws.items()}
+    lo, hi = float(post.lo), float(post.hi)
+    for i in range(0, draws["pi1"].size, 25):
+        assert grid_is_monotone(sm, {k: v[i] for k, v in draws.items()}, lo, hi)
+
+
+# --- posterior object: predictions vs numpy, ECE, save / load, jit --------------------------
+
+
+def test_predict_interval_ece_vs_numpy(exp_small, tmp_path):
+    _, _, _, post = exp_small
+    sm = post.score_model
+    grid = np.linspace(0.0, 4.0, 7)
+    d = {k: np.asarray(v).ravel() for k, v in post.draws.items()}
+    probs = np.stack([expit(scipy_log_odds(sm, {k: v[i] for k, v in d.items()}, grid))
+                      for i in range(d["pi1"].size)])  # fmt: skip
+    np.testing.assert_allclose(post.predict(grid), probs.mean(0), rtol=RTOL64)
+    lo, hi = post.interval(grid, level=0.8)
+    np.testing.assert_allclose(lo, np.quantile(probs, 0.1, axis=0), rtol=RTOL64)
+    np.testing.assert_allclose(hi, np.quantile(probs, 0.9, axis=0), rtol=RTOL64)
+    np.testing.assert_allclose(post.probability_draws(grid), probs, rtol=RTOL64)
+    # ECE of each draw on a test set, by a direct numpy loop over 15 equal-width bins
+    rng = np.random.default_rng(11)
+    ts, ty = rng.exponential(1.0, 50), (rng.random(50) < 0.3).astype(float)
+    ece = np.asarray(post.ece_posterior(ts, ty))
+    for i in (0, 17, 3999):
+        p = expit(scipy_log_odds(sm, {k: v[i] for k, v in d.items()}, ts))
+        b = np.minimum((p * 15).astype(int), 14)
+        ref = sum(abs(np.sum(ty[b == j]) - np.sum(p[b == j])) for j in range(15)) / 50
+        np.testing.assert_allclose(ece[i], ref, rtol=RTOL64, atol=1e-14)
+    # save / load: exact, no pickle; the posterior passes through jit
+    post.save(tmp_path / "post.npz")
+    back = jaxcal.load(tmp_path / "post.npz")
+    assert isinstance(back, ScoreModelPosterior) and back.score_model == sm
+    assert (back.method, back.monotone) == (post.method, post.monotone)
+    for a, b in zip(jax.tree.leaves(post), jax.tree.leaves(back), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+    np.testing.assert_array_equal(back.predict(grid), post.predict(grid))
+    mean_rate = jax.jit(lambda q: jnp.mean(q.params.rate0))(back)
+    np.testing.assert_allclose(mean_rate, d["rate0"].mean(), rtol=RTOL64)
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def _ok():
+    s, y = family_data(GammaScoreModel(), 30, 0)
+    return s, y
+
+
+@pytest.mark.parametrize(
+    ("sm", "data", "kwargs", "match"),
+    [
+        (GammaScoreModel(), lambda s, y: (s - 3.0, y), {}, "positive scores"),
+        (KanoulasScoreModel(), lambda s, y: (-s, y), {}, "positive scores"),
+        (ExponentialScoreModel(), lambda s, y: (s - 3.0, y), {}, "non-negative"),
+        (GaussianScoreModel(), lambda s, y: (np.r_[np.nan, s[1:]], y), {}, "non-finite"),
+        (GaussianScoreModel(), lambda s, y: (s, 2 * y), {}, "0/1"),
+        (GaussianScoreModel(), lambda s, y: (s, np.zeros_like(y)), {}, "one class"),
+        (GaussianScoreModel(), lambda s, y: (s[:-1], y), {}, "length mismatch"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"sample_weight": -1.0}, "non-negative"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"key": None}, "key is required"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"key": np.zeros(3)}, "PRNG key"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"num_samples": 0}, "num_samples"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"num_chains": 1.5}, "num_chains"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"method": "mh"}, "method"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"monotone": "yes"}, "monotone"),
+        (GaussianMixtureScoreModel(), lambda s, y: (s, y), {"monotone": True}, "no monotone"),
+        (
+            GaussianScoreModel(),
+            lambda s, y: (s, y),
+            {"method": "svi", "subsample_size": 10_000},
+            "subsample_size",
+        ),
+    ],
+)
+def test_bad_inputs_raise_before_jit(sm, data, kwargs, match):
+    s, y = data(*_ok())
+    kw = {"key": jax.random.key(0), **kwargs}
+    if np.ndim(kw.get("sample_weight", 0)) == 0 and "sample_weight" in kw:
+        kw["sample_weight"] = np.full(len(s), kw["sample_weight"])
+    before = _run._cache_size()
+    with pytest.raises(ValueError, match=match):
+        sm.fit_bayes(s, y, **kw)
+    assert _run._cache_size() == before  # nothing was traced
+
+
+def test_bad_predict_inputs_raise(exp_small):
+    post = exp_small[3]
+    with pytest.raises(ValueError, match="non-negative"):
+        post.predict([-1.0, 1.0])
+    with pytest.raises(ValueError, match="non-finite"):
+        post.interval([np.inf])
+    with pytest.raises(ValueError, match="level"):
+        post.interval([1.0], level=1.0)
+    with pytest.raises(ValueError, match="0/1"):
+        post.ece_posterior([1.0, 2.0], [0, 2])
+    with pytest.raises(ValueError, match="score model"):
+        fit_scoremodel_bayes(jaxcal.PlattScaling(), [1.0, 2.0], [0, 1], key=jax.random.key(0))
+
+
+# --- every family end to end (slow: one compilation per family) -----------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sm", ALL_FAMILIES, ids=lambda m: type(m).__name__)
+def test_every_family_nuts_end_to_end(sm):
+    """NUTS on data from the family: converged, every draw monotone on the range (dense scipy
+    grid) where built in, and the posterior mean map close to the point fit."""
+    s, y = family_data(sm, 400, 3)
+    post = sm.fit_bayes(s, y, key=jax.random.key(4), num_samples=300, num_warmup=300)
+    d = post.diagnostics()
+    grid = np.linspace(np.quantile(s, 0.05), np.quantile(s, 0.95), 9)
+    gap = np.max(np.abs(post.predict(grid) - sm.predict(sm.fit(s, y), grid)))
+    assert gap < 0.08, gap
+    if sm.monotone_parameterisation:
+        assert d["monotone_share"] == 1.0 and post.monotone
+        assert d["divergences"] == 0
+        assert max(d["r_hat"].values()) < 1.02, d["r_hat"]
+        draws = {k: np.asarray(v).ravel() for k, v in post.draws.items()}
+        for i in range(0, draws["pi1"].size, 40):
+            p = {k: v[i] for k, v in draws.items()}
+            assert grid_is_monotone(sm, p, float(post.lo), float(post.hi))
+    else:
+        assert not post.monotone and 0.0 <= d["monotone_share"] <= 1.0
+        assert d["r_hat"]["pi1"] < 1.02
