@@ -28,16 +28,45 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["Batch", "EMResult", "make_batch", "compute_stats", "run_em", "ratio", "log_prior"]
+__all__ = [
+    "Batch",
+    "EMResult",
+    "make_batch",
+    "rank_major",
+    "compute_stats",
+    "run_em",
+    "ratio",
+    "log_prior",
+]
 
 
 class Batch(NamedTuple):
-    """Device arrays of a (deduplicated) log: ``qd`` pair ids, clicks, mask, weights."""
+    """Device arrays of a (deduplicated) log: ``qd`` pair ids, clicks, mask, weights.
+
+    The ``*_t`` fields are the same arrays in rank-major ``[n, S]`` layout (contiguous per
+    rank), which the E-steps that recurse over ranks (DBN, CCM) scan over; they are filled by
+    :func:`make_batch` and optional elsewhere (:func:`rank_major` transposes on the fly).
+    """
 
     qd: jax.Array  # [S, n] int32, padded -> P
     clicks: jax.Array  # [S, n] float
     mask: jax.Array  # [S, n] bool
     weight: jax.Array  # [S] float
+    qd_t: jax.Array | None = None  # [n, S]
+    clicks_t: jax.Array | None = None  # [n, S]
+    mask_t: jax.Array | None = None  # [n, S]
+
+
+def rank_major(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(qd, clicks, mask)`` as ``[n, S]`` arrays (the stored copies when present).
+
+    Scans over ranks read one contiguous ``[S]`` row per step from these; transposing inside
+    a jitted E-step instead lets XLA turn the transpose into a strided layout, which made
+    the DBN E-step about 1.5x slower on CPU (measured).
+    """
+    if batch.qd_t is not None:
+        return batch.qd_t, batch.clicks_t, batch.mask_t
+    return batch.qd.T, batch.clicks.T, batch.mask.T
 
 
 class EMResult(NamedTuple):
@@ -50,8 +79,9 @@ class EMResult(NamedTuple):
 def make_batch(
     qd: np.ndarray, clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray, mesh: Mesh | None
 ) -> Batch:
-    """Move a log to the device(s); with a ``mesh``, pad ``S`` to a multiple of the number of
-    devices (padding rows have weight 0 and are fully masked) and shard rows across them."""
+    """Move a log to the device(s), with rank-major copies (``Batch.qd_t`` ...); with a
+    ``mesh``, pad ``S`` to a multiple of the number of devices (padding rows have weight 0 and
+    are fully masked) and shard sessions across them."""
     dtype = jnp.zeros(()).dtype  # float32 unless x64 is enabled
     if mesh is not None:
         k = mesh.devices.size
@@ -62,15 +92,31 @@ def make_batch(
             clicks = np.concatenate([clicks, np.zeros((pad, clicks.shape[1]), clicks.dtype)])
             mask = np.concatenate([mask, np.zeros((pad, mask.shape[1]), bool)])
             weight = np.concatenate([weight, np.zeros(pad, weight.dtype)])
-        sharding = NamedSharding(mesh, P(mesh.axis_names[0]))
-        put = partial(jax.device_put, device=sharding)
+        axis = mesh.axis_names[0]
+        put = partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
+        put_t = partial(jax.device_put, device=NamedSharding(mesh, P(None, axis)))
     else:
-        put = jnp.asarray
+        put = put_t = jnp.asarray
+    qd = np.asarray(qd, np.int32)
+    clicks = np.asarray(clicks).astype(dtype)
+    mask = np.asarray(mask, bool)
     return Batch(
-        qd=put(np.asarray(qd, np.int32)),
-        clicks=put(np.asarray(clicks).astype(dtype)),
-        mask=put(np.asarray(mask, bool)),
+        qd=put(qd),
+        clicks=put(clicks),
+        mask=put(mask),
         weight=put(np.asarray(weight).astype(dtype)),
+        qd_t=put_t(np.ascontiguousarray(qd.T)),
+        clicks_t=put_t(np.ascontiguousarray(clicks.T)),
+        mask_t=put_t(np.ascontiguousarray(mask.T)),
+    )
+
+
+def _batch_spec(batch: Batch, axis: str) -> Batch:
+    """Partition specs of a :class:`Batch`: sessions are split along ``axis``."""
+    rows, cols = P(axis), P(None, axis)
+    return Batch(
+        *(rows,) * 4,
+        *(None if getattr(batch, f) is None else cols for f in ("qd_t", "clicks_t", "mask_t")),
     )
 
 
@@ -88,7 +134,8 @@ def compute_stats(stats_fn: Callable, params: Any, batch: Batch, mesh: Mesh | No
     def local(p, b):
         return jax.lax.psum(stats_fn(p, b), axis)
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axis)), out_specs=P())(params, batch)
+    specs = (P(), _batch_spec(batch, axis))
+    return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=P())(params, batch)
 
 
 def ratio(num: jax.Array, den: jax.Array, prior: jax.Array) -> jax.Array:

@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import backward, bernoulli_loglik, forward, last_click, marginal, safe_div
-from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
+from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._em import rank_major
+from jaxcal.clicks._stats import mstep_ratios
+from jaxcal.clicks.dbn import _div
 
-__all__ = ["CCM", "FittedCCM", "ccm_posteriors", "ccm_stats"]
+__all__ = ["CCM", "FittedCCM", "ccm_posteriors", "ccm_posteriors_rank_major", "ccm_stats"]
 
 
 def _chain_params(alpha, tau, mask):
@@ -46,74 +49,99 @@ def _chain_params(alpha, tau, mask):
     return a, kappa, jnp.broadcast_to(tau[0], a.shape)
 
 
-def ccm_posteriors(alpha, tau, clicks, mask):
-    """Exact CCM posteriors and transition statistics for ``[S, n]`` per-rank ``alpha``."""
-    a, kappa, nu = _chain_params(alpha, tau, mask)
+def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
+    """Exact CCM posteriors on rank-major ``[n, S]`` arrays (the E-step's core).
+
+    As :func:`jaxcal.clicks.dbn.dbn_posteriors_rank_major`: a backward scan for
+    ``X_{r+1}`` and "a click below rank r", then a forward scan carrying ``eps_r`` that
+    computes every posterior of rank ``r`` in the same step.
+
+    Args:
+        a: ``[n, S]`` attractiveness, 0 on padded ranks.
+        tau: ``[3]`` continuation probabilities.
+        clicks: ``[n, S]`` 0/1.
+        mask: ``[n, S]`` bool, real results.
+
+    Returns:
+        dict of ``[n, S]`` arrays: ``p_attr``, ``p_rel``, ``cond`` and ``tau{k}_num`` /
+        ``tau{k}_den`` for ``k = 1, 2, 3``.
+    """
     t1, t2, t3 = tau[0], tau[1], tau[2]
-    cond, eps = forward(a, kappa, nu, clicks)
-    x = backward(a, nu)
-    x_here, x_next = x[:, :-1], x[:, 1:]
-    ranks = jnp.arange(1, clicks.shape[1] + 1)
-    last = last_click(clicks)
-    above, at, below = ranks < last, ranks == last, ranks > last
     c = clicks > 0
-    has_next = jnp.concatenate([mask[:, 1:], jnp.zeros_like(mask[:, :1])], axis=1)
-    # attractiveness
-    d_below = 1.0 - eps * x_here
-    p_attr = jnp.where(c, 1.0, jnp.where(below, safe_div(a * (1.0 - eps), d_below), 0.0))
-    # relevance after a click
-    z = 1.0 - ((1.0 - a) * t2 + a * t3) * x_next
-    r_above = safe_div(a * t3, a * t3 + (1.0 - a) * t2)
-    p_rel = jnp.where(c, jnp.where(at, safe_div(a * (1.0 - t3 * x_next), z), r_above), 0.0)
-    # tau_1: skips with a next rank
-    skip = (~c) & has_next
-    t1_num = jnp.where(above, 1.0, safe_div(eps * (1.0 - a) * t1 * (1.0 - x_next), d_below))
-    t1_den = jnp.where(above, 1.0, safe_div(eps * (1.0 - a) * (1.0 - t1 * x_next), d_below))
-    # tau_2, tau_3: clicks with a next rank
-    click = c & has_next
-    t2_num = jnp.where(at, safe_div((1.0 - a) * t2 * (1.0 - x_next), z), 1.0 - r_above)
-    t2_den = jnp.where(at, safe_div((1.0 - a) * (1.0 - t2 * x_next), z), 1.0 - r_above)
-    t3_num = jnp.where(at, safe_div(a * t3 * (1.0 - x_next), z), r_above)
-    t3_den = jnp.where(at, safe_div(a * (1.0 - t3 * x_next), z), r_above)
-    zero = jnp.zeros_like(a)
+    has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
+
+    def back(carry, xs):
+        x_next, later = carry  # X_{r+1}; any click at ranks > r
+        a_r, c_r = xs
+        return (a_r + (1.0 - a_r) * t1 * x_next, later | c_r), (x_next, later)
+
+    init = (jnp.zeros_like(a[0]), jnp.zeros_like(c[0]))
+    _, (x_next, later) = jax.lax.scan(back, init, (a, c), reverse=True)
+
+    def fwd(eps, xs):
+        a_r, c_r, xn, above, nxt = xs
+        x_r = a_r + (1.0 - a_r) * t1 * xn
+        kappa = (1.0 - a_r) * t2 + a_r * t3
+        inv_below = _div(1.0, 1.0 - eps * x_r)
+        inv_z = _div(1.0, 1.0 - kappa * xn)
+        r_above = _div(a_r * t3, a_r * t3 + (1.0 - a_r) * t2)
+        p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
+        p_rel = jnp.where(c_r, jnp.where(above, r_above, a_r * (1.0 - t3 * xn) * inv_z), 0.0)
+        skip = ~c_r & nxt
+        click = c_r & nxt
+        eb = eps * (1.0 - a_r) * inv_below
+        t1n = jnp.where(skip, jnp.where(above, 1.0, eb * t1 * (1.0 - xn)), 0.0)
+        t1d = jnp.where(skip, jnp.where(above, 1.0, eb * (1.0 - t1 * xn)), 0.0)
+        last = (1.0 - a_r) * inv_z  # not relevant, at the last click
+        t2n = jnp.where(click, jnp.where(above, 1.0 - r_above, last * t2 * (1.0 - xn)), 0.0)
+        t2d = jnp.where(click, jnp.where(above, 1.0 - r_above, last * (1.0 - t2 * xn)), 0.0)
+        rel = a_r * inv_z  # relevant, at the last click
+        t3n = jnp.where(click, jnp.where(above, r_above, rel * t3 * (1.0 - xn)), 0.0)
+        t3d = jnp.where(click, jnp.where(above, r_above, rel * (1.0 - t3 * xn)), 0.0)
+        eps_next = jnp.where(c_r, kappa, _div(eps * (1.0 - a_r) * t1, 1.0 - a_r * eps))
+        return eps_next, (p_attr, p_rel, a_r * eps, t1n, t2n, t3n, t1d, t2d, t3d)
+
+    _, out = jax.lax.scan(fwd, jnp.ones_like(a[0]), (a, c, x_next, later, has_next))
+    keys = ("p_attr", "p_rel", "cond", "tau1_num", "tau2_num", "tau3_num")
+    keys += ("tau1_den", "tau2_den", "tau3_den")
+    return dict(zip(keys, out, strict=True))
+
+
+def ccm_posteriors(alpha, tau, clicks, mask):
+    """Exact CCM posteriors and transition statistics for ``[S, n]`` per-rank ``alpha``.
+
+    Returns:
+        dict with ``p_attr`` ``P(A_r = 1 | C)``, ``p_rel`` ``P(R_r = 1 | C)`` (0 on skips),
+        ``tau_num`` / ``tau_den`` ``[3, S, n]`` and ``cond`` ``P(C_r = 1 | C_<r)``.
+    """
+    a = jnp.where(mask, alpha, 0.0)
+    post = ccm_posteriors_rank_major(a.T, tau, clicks.T, mask.T)
     return {
-        "p_attr": p_attr,
-        "p_rel": p_rel,
-        "tau_num": jnp.stack(
-            [
-                jnp.where(skip, t1_num, zero),
-                jnp.where(click, t2_num, zero),
-                jnp.where(click, t3_num, zero),
-            ]
-        ),
-        "tau_den": jnp.stack(
-            [
-                jnp.where(skip, t1_den, zero),
-                jnp.where(click, t2_den, zero),
-                jnp.where(click, t3_den, zero),
-            ]
-        ),
-        "cond": cond,
+        "p_attr": post["p_attr"].T,
+        "p_rel": post["p_rel"].T,
+        "tau_num": jnp.stack([post[f"tau{k}_num"].T for k in (1, 2, 3)]),
+        "tau_den": jnp.stack([post[f"tau{k}_den"].T for k in (1, 2, 3)]),
+        "cond": post["cond"].T,
     }
 
 
 def ccm_stats(params, batch):
-    """CCM E-step: ``({"alpha", "tau": (num, den)}, loglik)``."""
-    alpha = params["alpha"][batch.qd]
-    post = ccm_posteriors(alpha, params["tau"], batch.clicks, batch.mask)
-    w = session_weights(batch)
+    """CCM E-step: ``({"alpha", "tau": (num, den)}, loglik)`` on the rank-major log."""
+    qd, clicks, mask = rank_major(batch)
+    a = jnp.where(mask, params["alpha"][qd], 0.0)
+    post = ccm_posteriors_rank_major(a, params["tau"], clicks, mask)
+    w = jnp.where(mask, batch.weight[None, :], 0.0)
+    wc = w * clicks
     n_pairs = params["alpha"].shape[0]
-    wc = w * batch.clicks
-    num = by_pair(w * post["p_attr"] + wc * post["p_rel"], batch.qd, n_pairs)
-    den = by_pair(w + wc, batch.qd, n_pairs)
+    rows = jnp.stack([w * post["p_attr"] + wc * post["p_rel"], w + wc], axis=-1)
+    sums = jax.ops.segment_sum(rows.reshape(-1, 2), qd.reshape(-1), num_segments=n_pairs)
+    tau_sum = [jnp.sum(w * post[f"tau{k}_{part}"]) for part in ("num", "den") for k in (1, 2, 3)]
     stats = {
-        "alpha": (num, den),
-        "tau": (
-            jnp.sum(w * post["tau_num"], axis=(1, 2)),
-            jnp.sum(w * post["tau_den"], axis=(1, 2)),
-        ),
+        "alpha": (sums[:, 0], sums[:, 1]),
+        "tau": (jnp.stack(tau_sum[:3]), jnp.stack(tau_sum[3:])),
     }
-    ll = jnp.sum(batch.weight * bernoulli_loglik(post["cond"], batch.clicks, batch.mask))
+    cond = post["cond"]
+    ll = jnp.sum(w * jnp.log(jnp.where(clicks > 0, cond, jnp.where(mask, 1.0 - cond, 1.0))))
     return stats, ll
 
 

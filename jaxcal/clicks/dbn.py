@@ -30,19 +30,81 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import backward, bernoulli_loglik, forward, last_click, marginal, safe_div
+from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
 from jaxcal.clicks.dcm import last_click_or_end
 
-__all__ = ["DBN", "SDBN", "FittedDBN", "FittedSDBN", "dbn_posteriors", "dbn_stats"]
+__all__ = [
+    "DBN",
+    "SDBN",
+    "FittedDBN",
+    "FittedSDBN",
+    "dbn_posteriors",
+    "dbn_posteriors_rank_major",
+    "dbn_stats",
+]
 
 
-def _next_valid(mask):
-    return jnp.concatenate([mask[:, 1:], jnp.zeros_like(mask[:, :1])], axis=1)
+def _div(num: jax.Array, den: jax.Array) -> jax.Array:
+    """``num / den`` for posterior ratios with ``0 <= num <= den``: ``0 / 0`` (a path of
+    probability 0) gives 0; one max instead of :func:`safe_div`'s two selects."""
+    return num / jnp.maximum(den, jnp.finfo(den.dtype).tiny)
+
+
+def dbn_posteriors_rank_major(a, sigma, gamma, clicks, mask) -> dict[str, jax.Array]:
+    """Exact DBN posteriors on rank-major ``[n, S]`` arrays (the E-step's core).
+
+    Two scans over the ``n`` ranks with ``[S]`` carries: a backward one for
+    ``X_{r+1}`` and "is there a click below rank r", then a forward one that carries
+    ``eps_r`` and computes every posterior of rank ``r`` in the same step (one fused pass per
+    rank; no ``[S, n]`` temporaries between the recursions and the posteriors).
+
+    Args:
+        a: ``[n, S]`` attractiveness, 0 on padded ranks.
+        sigma: ``[n, S]`` satisfaction.
+        gamma: scalar continuation probability.
+        clicks: ``[n, S]`` 0/1.
+        mask: ``[n, S]`` bool, real results.
+
+    Returns:
+        dict of ``[n, S]`` arrays (keys as :func:`dbn_posteriors`).
+    """
+    c = clicks > 0
+    has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
+
+    def back(carry, xs):
+        x_next, later = carry  # X_{r+1}; any click at ranks > r
+        a_r, c_r = xs
+        return (a_r + (1.0 - a_r) * gamma * x_next, later | c_r), (x_next, later)
+
+    init = (jnp.zeros_like(a[0]), jnp.zeros_like(c[0]))
+    _, (x_next, later) = jax.lax.scan(back, init, (a, c), reverse=True)
+
+    def fwd(eps, xs):
+        a_r, s_r, c_r, xn, above, nxt = xs
+        x_r = a_r + (1.0 - a_r) * gamma * xn
+        at = c_r & ~above  # the last click
+        inv_below = _div(1.0, 1.0 - eps * x_r)  # 1 / P(no click at >= r | C_<r)
+        inv_at = _div(1.0, 1.0 - (1.0 - s_r) * gamma * xn)
+        p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
+        p_sat = jnp.where(at, s_r * inv_at, 0.0)
+        # P(E_r = 1, S_r = 0 | C) at / below the last click, before the continuation factor
+        f = jnp.where(at, (1.0 - s_r) * inv_at, eps * (1.0 - a_r) * inv_below)
+        g_num = jnp.where(nxt, jnp.where(above, 1.0, f * gamma * (1.0 - xn)), 0.0)
+        g_den = jnp.where(nxt, jnp.where(above, 1.0, f * (1.0 - gamma * xn)), 0.0)
+        skip = _div(eps * (1.0 - a_r) * gamma, 1.0 - a_r * eps)
+        eps_next = jnp.where(c_r, gamma * (1.0 - s_r), skip)
+        return eps_next, (p_attr, p_sat, g_num, g_den, a_r * eps)
+
+    xs = (a, sigma, c, x_next, later, has_next)
+    _, out = jax.lax.scan(fwd, jnp.ones_like(a[0]), xs)
+    return dict(zip(("p_attr", "p_sat", "gamma_num", "gamma_den", "cond"), out, strict=True))
 
 
 def dbn_posteriors(alpha, sigma, gamma, clicks, mask):
@@ -51,52 +113,34 @@ def dbn_posteriors(alpha, sigma, gamma, clicks, mask):
     Returns:
         dict with ``p_attr`` ``P(A_r = 1 | C)``, ``p_sat`` ``P(S_r = 1 | C)`` (0 on skips),
         ``gamma_num`` / ``gamma_den`` (0 where rank ``r + 1`` does not exist), ``cond``
-        ``P(C_r = 1 | C_<r)``.
+        ``P(C_r = 1 | C_<r)``; all ``[S, n]``.
     """
     a = jnp.where(mask, alpha, 0.0)
-    nu = jnp.broadcast_to(gamma, a.shape)
-    kappa = gamma * (1.0 - sigma)
-    cond, eps = forward(a, kappa, nu, clicks)
-    x = backward(a, nu)
-    x_here, x_next = x[:, :-1], x[:, 1:]
-    n = clicks.shape[1]
-    ranks = jnp.arange(1, n + 1)
-    last = last_click(clicks)
-    above, at, below = ranks < last, ranks == last, ranks > last
-    c = clicks > 0
-    d_below = 1.0 - eps * x_here
-    d_at = 1.0 - (1.0 - sigma) * gamma * x_next
-    p_attr = jnp.where(c, 1.0, jnp.where(below, safe_div(a * (1.0 - eps), d_below), 0.0))
-    p_sat = jnp.where(c & at, safe_div(sigma, d_at), 0.0)
-    num_at = safe_div((1.0 - sigma) * gamma * (1.0 - x_next), d_at)
-    den_at = safe_div((1.0 - sigma) * (1.0 - gamma * x_next), d_at)
-    num_below = safe_div(eps * (1.0 - a) * gamma * (1.0 - x_next), d_below)
-    den_below = safe_div(eps * (1.0 - a) * (1.0 - gamma * x_next), d_below)
-    has_next = _next_valid(mask)
-    gamma_num = jnp.where(has_next, jnp.where(above, 1.0, jnp.where(at, num_at, num_below)), 0.0)
-    gamma_den = jnp.where(has_next, jnp.where(above, 1.0, jnp.where(at, den_at, den_below)), 0.0)
-    return {
-        "p_attr": p_attr,
-        "p_sat": p_sat,
-        "gamma_num": gamma_num,
-        "gamma_den": gamma_den,
-        "cond": cond,
-    }
+    post = dbn_posteriors_rank_major(a.T, sigma.T, gamma, clicks.T, mask.T)
+    return {k: v.T for k, v in post.items()}
 
 
 def dbn_stats(params, batch):
-    """DBN E-step: ``({"alpha", "sigma", "gamma": (num, den)}, loglik)``."""
-    alpha, sigma = params["alpha"][batch.qd], params["sigma"][batch.qd]
-    post = dbn_posteriors(alpha, sigma, params["gamma"], batch.clicks, batch.mask)
-    w = session_weights(batch)
+    """DBN E-step: ``({"alpha", "sigma", "gamma": (num, den)}, loglik)``.
+
+    Works on the rank-major copies of the log; the four pair sums are one ``segment_sum``
+    of ``[S n, 4]`` rows.
+    """
+    qd, clicks, mask = rank_major(batch)
+    a = jnp.where(mask, params["alpha"][qd], 0.0)
+    post = dbn_posteriors_rank_major(a, params["sigma"][qd], params["gamma"], clicks, mask)
+    w = jnp.where(mask, batch.weight[None, :], 0.0)
+    wc = w * clicks
     n_pairs = params["alpha"].shape[0]
-    wc = w * batch.clicks
+    rows = jnp.stack([w * post["p_attr"], w, wc * post["p_sat"], wc], axis=-1)
+    sums = jax.ops.segment_sum(rows.reshape(-1, 4), qd.reshape(-1), num_segments=n_pairs)
     stats = {
-        "alpha": (by_pair(w * post["p_attr"], batch.qd, n_pairs), by_pair(w, batch.qd, n_pairs)),
-        "sigma": (by_pair(wc * post["p_sat"], batch.qd, n_pairs), by_pair(wc, batch.qd, n_pairs)),
+        "alpha": (sums[:, 0], sums[:, 1]),
+        "sigma": (sums[:, 2], sums[:, 3]),
         "gamma": (jnp.sum(w * post["gamma_num"]), jnp.sum(w * post["gamma_den"])),
     }
-    ll = jnp.sum(batch.weight * bernoulli_loglik(post["cond"], batch.clicks, batch.mask))
+    cond = post["cond"]
+    ll = jnp.sum(w * jnp.log(jnp.where(clicks > 0, cond, jnp.where(mask, 1.0 - cond, 1.0))))
     return stats, ll
 
 
