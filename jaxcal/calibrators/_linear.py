@@ -65,6 +65,7 @@ from jaxcal._validation import check_batch_inputs, check_groups, check_propensit
 from jaxcal.calibrators._base import FitData, FittedCalibrator, maybe_check_scores, prepare_fit
 from jaxcal.calibrators._solver import (
     SolverStatus,
+    sketch_stride,
     solve,
     solve_batch,
     warn_if_not_converged,
@@ -187,26 +188,53 @@ def _prepared(family: LinearLogitFamily, scores, weights):
     return ctx, s
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
-def _design(family: LinearLogitFamily, scores, weights):
-    """Context, features ``X`` and constraint rows ``C`` of one problem (jitted)."""
+def _fit_inputs(family: LinearLogitFamily, scores, weights):
+    """Context, masked scores and constraint rows of one problem."""
     ctx, s = _prepared(family, scores, weights)
-    return ctx, family.features(s, ctx), family.constraints(ctx)
+    return ctx, s, family.constraints(ctx)
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
-def _design_batch(family: LinearLogitFamily, scores, weights):
-    return jax.vmap(functools.partial(_design.__wrapped__, family))(scores, weights)
+@functools.partial(jax.jit, static_argnames=("family", "stride"))
+def _solve_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol, *, stride):
+    """Discriminative fit of one problem, features built inside every data pass."""
+    ctx, s, C = _fit_inputs(family, scores, weights)
+    theta, status = solve(
+        s,
+        targets,
+        weights,
+        C,
+        l2,
+        intercept=family.intercept_index,
+        max_iter=max_iter,
+        tol=tol,
+        features=family.features,
+        aux=ctx,
+        stride=stride,
+    )
+    return theta, ctx, status
 
 
-@functools.partial(jax.jit, static_argnames=("intercept",))
-def _solve_jit(X, targets, weights, C, l2, max_iter, tol, *, intercept):
-    return solve(X, targets, weights, C, l2, intercept=intercept, max_iter=max_iter, tol=tol)
-
-
-@functools.partial(jax.jit, static_argnames=("intercept",))
-def _solve_batch_jit(X, targets, weights, C, l2, max_iter, tol, *, intercept):
-    return solve_batch(X, targets, weights, C, l2, intercept=intercept, max_iter=max_iter, tol=tol)
+@functools.partial(jax.jit, static_argnames=("family", "stride", "lockstep"))
+def _solve_batch_jit(
+    family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol, *, stride, lockstep
+):
+    """Discriminative fit of ``B`` problems (``[B, n]`` arrays)."""
+    ctx, s, C = jax.vmap(functools.partial(_fit_inputs, family))(scores, weights)
+    theta, status = solve_batch(
+        s,
+        targets,
+        weights,
+        C,
+        l2,
+        intercept=family.intercept_index,
+        max_iter=max_iter,
+        tol=tol,
+        features=family.features,
+        aux=ctx,
+        stride=stride,
+        lockstep=lockstep,
+    )
+    return theta, ctx, status
 
 
 @functools.partial(jax.jit, static_argnames=("family",))
@@ -232,21 +260,20 @@ def fit_linear(
     tol,
     *,
     method="discriminative",
+    stride: int | None = None,
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
     """Pure fit of one problem: ``(theta, ctx, status)`` (see ``_solver.solve``).
 
-    Compiled in two stages: the family's design (context, features, constraints) and the
-    solver, which is jitted on shapes only, so families with the same number of
-    parameters and constraints (beta, Gaussian, Gamma; Platt, exponential) share one
-    compiled solver. Traceable as a whole (usable inside a user's ``jit``).
+    One compiled function per family: the family's features are computed inside every
+    data pass of the solver (the ``[n, p]`` design is never stored). Problems of
+    ``n >= 4096`` rows are warm-started from a strided sketch (``stride``, default
+    ``_solver.sketch_stride(n)``; 1 disables it); the result is the exact optimum either
+    way (KKT-checked). Traceable as a whole (usable inside a user's ``jit``).
     """
     if method == "generative":
         return _generative_jit(family, scores, targets, weights, l2)
-    ctx, X, C = _design(family, scores, weights)
-    theta, status = _solve_jit(
-        X, targets, weights, C, l2, max_iter, tol, intercept=family.intercept_index
-    )
-    return theta, ctx, status
+    stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
+    return _solve_jit(family, scores, targets, weights, l2, max_iter, tol, stride=stride)
 
 
 def fit_linear_batch(
@@ -259,15 +286,22 @@ def fit_linear_batch(
     tol,
     *,
     method="discriminative",
+    stride: int | None = None,
+    lockstep: bool | None = None,
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
-    """Fit of ``B`` problems given as ``[B, n]`` arrays (zero weight = masked)."""
+    """Fit of ``B`` problems given as ``[B, n]`` arrays (zero weight = masked).
+
+    ``stride`` as in :func:`fit_linear` (per problem, from ``n``); ``lockstep`` as in
+    ``_solver.solve_batch`` (default: problem by problem on CPU, lock-step elsewhere).
+    """
     if method == "generative":
         return _generative_batch_jit(family, scores, targets, weights, l2)
-    ctx, X, C = _design_batch(family, scores, weights)
-    theta, status = _solve_batch_jit(
-        X, targets, weights, C, l2, max_iter, tol, intercept=family.intercept_index
+    stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
+    if lockstep is None:
+        lockstep = jax.default_backend() != "cpu"
+    return _solve_batch_jit(
+        family, scores, targets, weights, l2, max_iter, tol, stride=stride, lockstep=lockstep
     )
-    return theta, ctx, status
 
 
 def _generative(family, X, s, t, w, ctx, C, l2):

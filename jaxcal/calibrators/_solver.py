@@ -52,6 +52,7 @@ shells turn this into a :class:`ConvergenceWarning`.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from typing import NamedTuple
 
@@ -70,6 +71,7 @@ __all__ = [
     "STATUS_MESSAGES",
     "solve",
     "solve_batch",
+    "sketch_stride",
     "logistic_objective",
     "warn_if_not_converged",
 ]
@@ -86,6 +88,12 @@ STATUS_MESSAGES = {
 _DIVERGENCE_BOUND = 1e8
 _ARMIJO_C = 1e-4
 _MAX_HALVINGS = 40
+# rows per block of a data pass (its working set stays in cache)
+_BLOCK_ROWS = 16384
+# smallest sketch stride worth a sketch (below it: n < 4096, solve directly)
+_SKETCH_MIN_STRIDE = 4
+# Newton steps allowed on the full data from the sketch's optimum before falling back
+_POLISH_ITER = 10
 
 
 class ConvergenceWarning(RuntimeWarning):
@@ -134,12 +142,19 @@ def logistic_objective(theta, X, targets, weights, l2, *, intercept: int | None)
 
 
 class _Problem(NamedTuple):
-    """A standardised problem: theta = A @ eta, objective in eta."""
+    """A standardised problem in blocks of rows: theta = A @ eta, objective in eta.
 
-    Xt: jax.Array  # [p, n] standardised features, transposed (rows contiguous per feature)
-    XX: jax.Array  # [p (p + 1) / 2, n] products x_j x_k (j <= k) of the rows of Xt
-    t: jax.Array
-    w: jax.Array
+    The features are never stored: each data pass recomputes them block by block from the
+    raw per-row data (``phi(rows[i])``, e.g. the scores), so a pass reads ``rows``, ``t``
+    and ``w`` once and the work of a block stays in cache.
+    """
+
+    rows: jax.Array  # [nb, b, ...] raw per-row data; phi(rows[i]) -> [b, p] features
+    t: jax.Array  # [nb, b] targets (padding rows: 0)
+    w: jax.Array  # [nb, b] weights (padding rows: 0)
+    centre: jax.Array  # [p] standardised feature = (phi - centre) * inv_scale
+    inv_scale: jax.Array  # [p]
+    W: jax.Array  # total weight
     C: jax.Array  # [k, p] constraints in eta coordinates
     C0: jax.Array  # [k, p] constraints in theta coordinates
     Q: jax.Array  # [p, p] l2 * A^T D A
@@ -155,58 +170,131 @@ class _Candidate(NamedTuple):
     grad: jax.Array  # [p] gradient in eta coordinates
 
 
-def _standardise(X, t, w, C, l2, intercept):
-    dtype = X.dtype
-    p = X.shape[-1]
+def sketch_stride(n: int) -> int:
+    """Stride ``k`` of the deterministic subsample ``rows[::k]`` that warm-starts a fit of
+    ``n`` rows, or 1 (no sketch) below ``n = 4096``.
+
+    ``k = floor(sqrt(n) / 16)``, so the sketch has about ``16 sqrt(n)`` rows: its optimum
+    is then within ``O(n^{-1/4})`` of the full one in standardised coordinates, close enough
+    for three quadratically convergent Newton steps on the full data (e.g. ``k = 62`` at
+    ``n = 10^6``, ``k = 6`` at ``n = 10^4``).
+    """
+    k = math.isqrt(max(int(n), 0)) // 16
+    return k if k >= _SKETCH_MIN_STRIDE else 1
+
+
+def _blocking(n: int) -> tuple[int, int]:
+    """``(number of blocks, rows per block)`` covering ``n`` rows in near-equal blocks."""
+    nb = max(1, -(-n // _BLOCK_ROWS))
+    return nb, -(-n // nb)
+
+
+def _in_blocks(x, nb: int, b: int, fill=None):
+    """``[n, ...] -> [nb, b, ...]``, padding with ``fill`` (default: copies of row 0)."""
+    pad = nb * b - x.shape[0]
+    if pad:
+        tail = jnp.broadcast_to(x[:1] if fill is None else fill, (pad,) + x.shape[1:])
+        x = jnp.concatenate([x, tail.astype(x.dtype)])
+    return x.reshape((nb, b) + x.shape[1:])
+
+
+def _identity(x, aux):
+    return x
+
+
+def _phi(features, aux):
+    features = _identity if features is None else features
+    return lambda x: features(x, aux)
+
+
+def _standardisation(F, w, intercept):
+    """Weighted centre (slopes only, into the intercept) and scale of the feature columns."""
+    p = F.shape[-1]
     W = jnp.sum(w)
     slope = np.ones(p, bool)
     if intercept is not None:
         slope[intercept] = False
     slope = jnp.asarray(slope)
-    Xt = X.T
-    mean = Xt @ w / W
     if intercept is not None:
-        centre = jnp.where(slope, mean, 0.0)
-        sd = jnp.sqrt(((Xt - centre[:, None]) ** 2) @ w / W)
+        centre = jnp.where(slope, w @ F / W, 0.0)
+        sd = jnp.sqrt(w @ (F - centre) ** 2 / W)
     else:
-        centre = jnp.zeros(p, dtype)
-        sd = jnp.sqrt((Xt**2) @ w / W)
+        centre = jnp.zeros(p, F.dtype)
+        sd = jnp.sqrt(w @ F**2 / W)
     sd = jnp.where(slope & (sd > 0), sd, 1.0)
-    Xt = jnp.where(slope[:, None], (Xt - centre[:, None]) / sd[:, None], Xt)
+    return slope, centre, sd
+
+
+def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
+    """The standardised full problem and, if ``stride > 1``, its sketch ``rows[::stride]``.
+
+    With a sketch, the standardisation (conditioning only: any centre and scale give the
+    same optimum) is taken from the sketch, and the sketch's weights are rescaled to the
+    full total weight so that the penalty keeps its relative strength.
+    """
+    dtype = t.dtype
+    W = jnp.sum(w)
+    if stride > 1:
+        rs, ts, ws = rows[::stride], t[::stride], w[::stride]
+        Ws = jnp.sum(ws)
+        ws = ws * jnp.where(Ws > 0, W / Ws, 0.0)
+        stats_w = jnp.where(Ws > 0, ws, 1.0)  # a sketch without weight: plain moments
+    else:
+        rs, ts, ws, stats_w = rows, t, w, w
+    slope, centre, sd = _standardisation(phi(rs), stats_w, intercept)
+    p = centre.shape[0]
     A = jnp.diag(1.0 / sd)
     if intercept is not None:
         A = A.at[intercept].add(jnp.where(slope, -centre / sd, 0.0))
-    D = jnp.diag(slope.astype(dtype))
-    Q = l2 * (A.T @ D @ A)
+    Q = l2 * (A.T @ jnp.diag(slope.astype(dtype)) @ A)
     eta0 = jnp.zeros(p, dtype)
     if intercept is not None:
         tbar = jnp.clip(jnp.sum(w * t) / W, 1e-6, 1 - 1e-6)
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
-    j, k = np.triu_indices(p)
-    return _Problem(Xt, Xt[j] * Xt[k], t, w, C @ A, C, Q, A, eta0)
+
+    def problem(r, t, w):
+        nb, b = _blocking(r.shape[0])
+        zero = jnp.zeros((), dtype)
+        blocks = (_in_blocks(r, nb, b), _in_blocks(t, nb, b, zero), _in_blocks(w, nb, b, zero))
+        return _Problem(*blocks, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, eta0)
+
+    return problem(rows, t, w), (problem(rs, ts, ws) if stride > 1 else None)
 
 
-def _value_grad_hess(prob: _Problem, eta):
+def _value_grad_hess(prob: _Problem, phi, eta):
     """Objective, gradient and Hessian at ``eta`` from one pass over the data.
 
-    ``softplus`` and ``sigmoid`` share one ``exp(-|z|)``, so XLA fuses the whole evaluation
-    (one transcendental pair per row) instead of making a pass per quantity; the Hessian
-    is a matrix-vector product with the precomputed feature products (no ``[p, n]``
-    temporary, no skinny matrix-matrix product).
+    Block by block (a ``lax.scan`` when there is more than one): the standardised features
+    are recomputed from the raw rows, ``softplus`` and ``sigmoid`` share one ``exp(-|z|)``,
+    and the Hessian's ``p (p + 1) / 2`` entries are one matrix-vector product with the
+    feature products ``x_j x_k``, all on cache-resident block data.
     """
-    Xt, t, w, Q = prob.Xt, prob.t, prob.w, prob.Q
-    p = Xt.shape[0]
-    z = eta @ Xt
-    e = jnp.exp(-jnp.abs(z))
-    softplus = jnp.maximum(z, 0.0) + jnp.log1p(e)
-    mu = jnp.where(z >= 0, 1.0, e) / (1.0 + e)
-    f = jnp.sum(w * (softplus - t * z)) + 0.5 * eta @ Q @ eta
-    g = Xt @ (w * (mu - t)) + Q @ eta
-    # Hessian entries j <= k as one matrix-vector product with the precomputed x_j x_k
-    upper = prob.XX @ (w * mu * (1.0 - mu))
+    p = eta.shape[0]
     j, k = np.triu_indices(p)
-    H = jnp.zeros((p, p), Xt.dtype).at[j, k].set(upper).at[k, j].set(upper)
-    return f, g, H + Q
+
+    def block(x, t, w):
+        Xt = ((phi(x) - prob.centre) * prob.inv_scale).T  # [p, b]
+        z = eta @ Xt
+        e = jnp.exp(-jnp.abs(z))
+        softplus = jnp.maximum(z, 0.0) + jnp.log1p(e)
+        mu = jnp.where(z >= 0, 1.0, e) / (1.0 + e)
+        f = jnp.sum(w * (softplus - t * z))
+        g = Xt @ (w * (mu - t))
+        h = (Xt[j] * Xt[k]) @ (w * mu * (1.0 - mu))
+        return f, g, h
+
+    if prob.t.shape[0] == 1:
+        f, g, h = block(prob.rows[0], prob.t[0], prob.w[0])
+    else:
+
+        def body(acc, xs):
+            return jax.tree.map(jnp.add, acc, block(*xs)), None
+
+        zero = jnp.zeros((), eta.dtype)
+        init = (zero, jnp.zeros(p, eta.dtype), jnp.zeros(j.size, eta.dtype))
+        (f, g, h), _ = jax.lax.scan(body, init, (prob.rows, prob.t, prob.w))
+    H = jnp.zeros((p, p), eta.dtype).at[j, k].set(h).at[k, j].set(h)
+    return f + 0.5 * eta @ prob.Q @ eta, g + prob.Q @ eta, H + prob.Q
 
 
 def _projector(C, active):
@@ -221,7 +309,7 @@ def _projector(C, active):
     return vt.T @ (keep[:, None] * vt)
 
 
-def _newton(prob: _Problem, active, max_iter, tol) -> _Candidate:
+def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
     """Damped Newton on ``{eta : C_S eta = 0}`` (``S`` = the ``active`` rows).
 
     The step solves ``(P H P + I - P) d = -P g`` with ``P`` the projector onto the
@@ -230,11 +318,11 @@ def _newton(prob: _Problem, active, max_iter, tol) -> _Candidate:
     data pass; the trial is accepted by the Armijo test (then it is the next iterate and its
     derivatives are already at hand) or the step is halved.
     """
-    dtype = prob.Xt.dtype
+    dtype = prob.t.dtype
     eps = jnp.finfo(dtype).eps
-    p = prob.Xt.shape[0]
+    p = prob.C.shape[1]
     eye = jnp.eye(p, dtype=dtype)
-    W = jnp.sum(prob.w)
+    W = prob.W
     P = _projector(prob.C, active)
 
     def newton_step(g, H):
@@ -244,29 +332,28 @@ def _newton(prob: _Problem, active, max_iter, tol) -> _Candidate:
         d = P @ -jnp.linalg.solve(Hs + ridge * P + (eye - P), gs)
         return d, -(gs @ d)
 
-    eta0 = P @ prob.eta0
-    f0, g0, H0 = _value_grad_hess(prob, eta0)
-    d0, dec0 = newton_step(g0, H0)
-    done0 = dec0 <= 2 * tol * W
-    code0 = jnp.where(done0, CONVERGED, MAX_ITER).astype(jnp.int32)
-    one = jnp.ones((), dtype)
+    # The loop's first trial is the start itself (alpha * d = 0, accepted against f = inf),
+    # so the data pass is traced once; n_iter counts the Newton steps after it.
+    zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
+    start = (P @ prob.eta0, jnp.asarray(jnp.inf, dtype), jnp.zeros(p, dtype), jnp.zeros(p, dtype))
     # state: eta, f, g, d, dec, alpha, halvings, it, code, done
-    init = (eta0, f0, g0, d0, dec0, one, jnp.int32(0), jnp.int32(0), code0, done0)
+    init = (*start, zero, one, jnp.int32(0), jnp.int32(0), jnp.int32(MAX_ITER), jnp.asarray(False))
 
     def cond(state):
         it, done = state[7], state[9]
-        return (~done) & (it < max_iter)
+        return (~done) & (it <= max_iter)
 
     def body(state):
         eta, f, g, d, dec, alpha, halvings, it, code, done = state
         trial = eta + alpha * d
-        f_t, g_t, H_t = _value_grad_hess(prob, trial)
+        f_t, g_t, H_t = _value_grad_hess(prob, phi, trial)
         slack = 8 * eps * jnp.abs(f)
         ok = jnp.isfinite(f_t) & (f_t <= f - _ARMIJO_C * alpha * dec + slack)
         d_t, dec_t = newton_step(g_t, H_t)
         out_of_range = jnp.max(jnp.abs(trial)) > _DIVERGENCE_BOUND
         bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)))
-        gave_up = (~ok) & (halvings + 1 >= _MAX_HALVINGS)
+        # f = inf until the start is accepted: a non-finite objective there is final
+        gave_up = (~ok) & ((halvings + 1 >= _MAX_HALVINGS) | jnp.isinf(f))
         diverged = bad_step | gave_up
         accept = ok & ~bad_step
         converged = accept & (dec_t <= 2 * tol * W)
@@ -286,7 +373,7 @@ def _newton(prob: _Problem, active, max_iter, tol) -> _Candidate:
         )
 
     eta, f, g, _, _, _, _, it, code, _ = jax.lax.while_loop(cond, body, init)
-    return _Candidate(eta, f, code, it, g)
+    return _Candidate(eta, f, code, jnp.maximum(it - 1, 0), g)
 
 
 def _subsets(k: int) -> list[tuple[int, ...]]:
@@ -300,15 +387,18 @@ def _multipliers(prob: _Problem, c: _Candidate, active):
     return jnp.linalg.solve(G, Ca @ c.grad)
 
 
-def _kkt_ok(prob: _Problem, c: _Candidate, active, mu):
+def _kkt_ok(prob: _Problem, c: _Candidate, active):
     """Converged, feasible in the inactive rows and multipliers >= 0: the optimum."""
+    mu = _multipliers(prob, c, active)
     feasible = jnp.all(active | (prob.C @ c.eta >= 0))
-    scale = jnp.max(jnp.abs(prob.C), axis=1) * jnp.sum(prob.w)
+    scale = jnp.max(jnp.abs(prob.C), axis=1) * prob.W
     dual = jnp.all(mu >= -jnp.sqrt(jnp.finfo(mu.dtype).eps) * 1e-4 * scale)
     return feasible & dual & (c.code == CONVERGED)
 
 
-def _status(prob: _Problem, c: _Candidate, active, mu) -> tuple[jax.Array, SolverStatus]:
+def _finish(prob: _Problem, c: _Candidate, active) -> tuple[jax.Array, SolverStatus]:
+    """Coefficients and status of the selected candidate (KKT quantities in theta scale)."""
+    mu = _multipliers(prob, c, active)
     resid = jnp.linalg.solve(prob.A.T, c.grad - prob.C.T @ mu)  # to theta coordinates
     theta = _project_active(prob.A @ c.eta, prob.C0, active)
     status = SolverStatus(
@@ -327,14 +417,14 @@ def _select(ok, a, b):
     return jax.tree.map(lambda x, y: jnp.where(ok, x, y), a, b)
 
 
-def _enumerate(prob: _Problem, first: _Candidate, max_iter, tol):
+def _enumerate(prob: _Problem, phi, first: _Candidate, max_iter, tol):
     """Fallback: every active set; the feasible candidate with the lowest objective."""
     k = prob.C.shape[0]
     warm = prob._replace(eta0=first.eta)  # start from the unconstrained optimum
     best = None
     for S in _subsets(k)[1:]:
         active = jnp.asarray([j in S for j in range(k)])
-        c = _newton(warm, active, max_iter, tol)
+        c = _newton(warm, phi, active, max_iter, tol)
         feasible = jnp.all(active | (prob.C @ c.eta >= 0))
         obj = jnp.where(feasible & ~jnp.isnan(c.objective), c.objective, jnp.inf)
         entry = (obj, c, active)
@@ -346,18 +436,6 @@ def _enumerate(prob: _Problem, first: _Candidate, max_iter, tol):
     return c, active
 
 
-def _guess(prob: _Problem, first: _Candidate, max_iter, tol):
-    """Solve on the active set guessed from the unconstrained optimum's violated rows."""
-    active = prob.C @ first.eta < 0
-    c = _newton(prob._replace(eta0=first.eta), active, max_iter, tol)
-    return c, active
-
-
-def _finish(prob, c, active):
-    mu = _multipliers(prob, c, active)
-    return _status(prob, c, active, mu), _kkt_ok(prob, c, active, mu)
-
-
 def _project_active(theta, C, active):
     """Remove the rounding residue of ``C_S theta = 0`` (e.g. ``b = -1e-16`` in beta
     calibration): orthogonal projection of ``theta`` onto the active rows' null space."""
@@ -366,92 +444,192 @@ def _project_active(theta, C, active):
     return theta - Ca.T @ jnp.linalg.solve(G, Ca @ theta)
 
 
-def solve(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
+def _active_set_solve(prob: _Problem, phi, max_iter, tol) -> tuple[_Candidate, jax.Array]:
+    """Stages 2-3 of the method from ``prob.eta0``: ``(candidate, active set)``.
+
+    Unconstrained Newton; if infeasible, Newton on the violated rows (warm-started) and the
+    KKT test; if that fails, every active set (``lax.cond`` s: only what is needed runs).
+    """
+    k = prob.C.shape[0]
+    none = jnp.zeros(k, bool)
+    first = _newton(prob, phi, none, max_iter, tol)
+    if k == 0:
+        return first, none
+
+    def constrained(_):
+        active = prob.C @ first.eta < 0  # the rows the unconstrained optimum violates
+        c = _newton(prob._replace(eta0=first.eta), phi, active, max_iter, tol)
+        return jax.lax.cond(
+            _kkt_ok(prob, c, active),
+            lambda _: (c, active),
+            lambda _: _enumerate(prob, phi, first, max_iter, tol),
+            None,
+        )
+
+    return jax.lax.cond(_kkt_ok(prob, first, none), lambda _: (first, none), constrained, None)
+
+
+def _polish(full: _Problem, phi, sketched: _Candidate, active, max_iter, tol):
+    """Newton on the full data from the sketch's optimum, on the sketch's active set.
+
+    Returns ``(candidate, ok, start)``: ``ok`` is the full-data KKT test (then the
+    candidate is the exact optimum); otherwise ``start`` is where the fallback begins (the
+    polished point if it converged on its face, else the default start).
+    """
+    start = jnp.where(sketched.code == DIVERGED, full.eta0, sketched.eta)
+    polish_iter = jnp.minimum(max_iter, _POLISH_ITER)
+    c = _newton(full._replace(eta0=start), phi, active, polish_iter, tol)
+    ok = _kkt_ok(full, c, active)
+    return c, ok, jnp.where(c.code == CONVERGED, c.eta, full.eta0)
+
+
+def solve(
+    rows,
+    targets,
+    weights,
+    C,
+    l2,
+    *,
+    intercept: int | None,
+    max_iter,
+    tol,
+    features=None,
+    aux=None,
+    stride: int = 1,
+):
     """Minimise the constrained objective for one problem (traceable; call under ``jit``).
 
-    The unconstrained problem is solved first. If its optimum violates constraints, the
-    problem restricted to the violated rows is solved next (warm-started); when that
-    candidate satisfies the KKT conditions (converged, feasible, multipliers
-    :math:`\\ge 0`) it is the optimum, otherwise every active set is enumerated.
+    With ``stride > 1`` the problem is first solved on the deterministic sketch
+    ``rows[::stride]`` (weights rescaled to the same total); a few Newton steps on the full
+    data from that optimum, on the sketch's active set, then pass the full-data KKT test
+    (converged, feasible, multipliers :math:`\\ge 0`), which certifies the exact optimum.
+    Only if the test fails does the full active-set method run (warm-started). Without a
+    sketch: the unconstrained problem first; if its optimum violates constraints, the
+    problem restricted to the violated rows (warm-started); when that candidate passes the
+    KKT test it is the optimum, otherwise every active set is enumerated.
 
     Args:
-        X: ``[n, p]`` features :math:`\\phi(s_i)` (zero-weight rows are ignored; they must
-            be finite).
+        rows: ``[n, ...]`` per-row data; the features are ``features(rows[i:j], aux)``
+            (``[j - i, p]``), or ``rows`` itself (``[n, p]``) when ``features`` is ``None``.
+            Zero-weight rows are ignored but must give finite features.
         targets: ``[n]`` targets :math:`t_i`.
         weights: ``[n]`` non-negative weights :math:`w_i` with a positive sum.
         C: ``[k, p]`` constraint rows (``C @ theta >= 0``), full row rank, zero in the
             intercept column.
         l2: penalty strength :math:`\\lambda_2 \\ge 0` on the non-intercept coefficients.
-        intercept: index of the intercept column of ``X`` (all ones), or ``None``.
+        intercept: index of the intercept column of the features (all ones), or ``None``.
         max_iter: maximum Newton iterations per candidate active set.
         tol: stop when half the squared Newton decrement is below ``tol * sum(weights)``.
+        features: optional ``(rows_block, aux) -> [b, p]`` feature map, applied block by
+            block inside every data pass (the ``[n, p]`` design is never stored).
+        aux: pytree passed to ``features`` (e.g. a family's score range).
+        stride: sketch stride (static); 1 disables the sketch (see :func:`sketch_stride`).
 
     Returns:
         ``(theta, status)``: ``[p]`` coefficients and a :class:`SolverStatus`.
     """
-    prob = _standardise(X, targets, weights, C, l2, intercept)
-    k = C.shape[0]
-    none = jnp.zeros(k, bool)
-    first = _newton(prob, none, max_iter, tol)
-    out_first, ok_first = _finish(prob, first, none)
-    if k == 0:
-        return out_first
+    phi = _phi(features, aux)
+    full, sketch = _setup(rows, targets, weights, C, l2, intercept, phi, stride)
+    if sketch is None:
+        return _finish(full, *_active_set_solve(full, phi, max_iter, tol))
+    sketched, guess = _active_set_solve(sketch, phi, max_iter, tol)
+    c, ok, start = _polish(full, phi, sketched, guess, max_iter, tol)
 
-    def constrained(_):
-        c, active = _guess(prob, first, max_iter, tol)
-        out, ok = _finish(prob, c, active)
+    def fallback(_):
+        return _active_set_solve(full._replace(eta0=start), phi, max_iter, tol)
 
-        def enumerate_all(_):
-            return _finish(prob, *_enumerate(prob, first, max_iter, tol))[0]
-
-        return jax.lax.cond(ok, lambda _: out, enumerate_all, None)
-
-    return jax.lax.cond(ok_first, lambda _: out_first, constrained, None)
+    return _finish(full, *jax.lax.cond(ok, lambda _: (c, guess), fallback, None))
 
 
-def solve_batch(X, targets, weights, C, l2, *, intercept: int | None, max_iter, tol):
-    """:func:`solve` for ``B`` problems (``X`` is ``[B, n, p]``, ``C`` is ``[B, k, p]``).
+def solve_batch(
+    rows,
+    targets,
+    weights,
+    C,
+    l2,
+    *,
+    intercept: int | None,
+    max_iter,
+    tol,
+    features=None,
+    aux=None,
+    stride: int = 1,
+    lockstep: bool | None = None,
+):
+    """:func:`solve` for ``B`` problems (leading axis ``B`` on ``rows``, ``targets``,
+    ``weights``, ``C`` (``[B, k, p]``) and the leaves of ``aux``).
 
-    On CPU the problems are solved one after another (``lax.map`` of :func:`solve`:
-    memory-bound work on a small cache-resident problem beats a lock-step batch). On
-    accelerators it is equivalent to ``vmap(solve)``, but the stages are batch-level
+    ``lockstep=False`` (default on CPU) solves the problems one after another (``lax.map``
+    of :func:`solve`: memory-bound work on a small cache-resident problem beats a lock-step
+    batch, and its ``lax.cond`` s really skip work). ``lockstep=True`` (default on
+    accelerators) is equivalent to ``vmap(solve)``, but the stages are batch-level
     ``lax.cond`` s (a plain ``vmap`` of :func:`solve` would evaluate every branch for every
-    problem): the guessed
-    active set is solved only if some problem's unconstrained optimum is infeasible (the
-    others start at their optimum and take no step), and the enumeration only if some
-    problem's guess fails the KKT test; each problem keeps its own result.
+    problem): the guessed active set is solved only if some problem's unconstrained optimum
+    is infeasible, the enumeration only if some problem's guess fails the KKT test, and the
+    full-data fallback after a sketch only if some polished sketch fails it; each problem
+    keeps its own result.
     """
-    if jax.default_backend() == "cpu":
-        # One problem at a time: each stays cache-resident and its lax.conds really skip
-        # work; on 2 CPU cores this is ~2x faster than the lock-step vmap below.
-        def one(args):
-            return solve(*args, l2, intercept=intercept, max_iter=max_iter, tol=tol)
+    kw = dict(intercept=intercept, max_iter=max_iter, tol=tol, features=features, stride=stride)
+    if lockstep is None:
+        lockstep = jax.default_backend() != "cpu"
+    if not lockstep:
 
-        return jax.lax.map(one, (X, targets, weights, C))
-    std = jax.vmap(lambda X, t, w, C: _standardise(X, t, w, C, l2, intercept))
-    prob = std(X, targets, weights, C)
-    k = C.shape[1]
-    none = jnp.zeros(k, bool)
-    first = jax.vmap(lambda pr: _newton(pr, none, max_iter, tol))(prob)
-    out_first, ok_first = jax.vmap(lambda pr, c: _finish(pr, c, none))(prob, first)
+        def one(args):
+            r, t, w, c, a = args
+            return solve(r, t, w, c, l2, aux=a, **kw)
+
+        return jax.lax.map(one, (rows, targets, weights, C, aux))
+
+    def setup(r, t, w, c, a):
+        return _setup(r, t, w, c, l2, intercept, _phi(features, a), stride)
+
+    full, sketch = jax.vmap(setup)(rows, targets, weights, C, aux)
+    if sketch is None:
+        c, active = _active_set_lockstep(full, aux, features, max_iter, tol)
+        return jax.vmap(_finish)(full, c, active)
+    sketched, guess = _active_set_lockstep(sketch, aux, features, max_iter, tol)
+
+    def polish(pr, a, c0, act):
+        return _polish(pr, _phi(features, a), c0, act, max_iter, tol)
+
+    c, ok, start = jax.vmap(polish)(full, aux, sketched, guess)
+
+    def fallback(_):
+        alt = _active_set_lockstep(full._replace(eta0=start), aux, features, max_iter, tol)
+        return _select_batch(ok, (c, guess), alt)
+
+    c, active = jax.lax.cond(jnp.all(ok), lambda _: (c, guess), fallback, None)
+    return jax.vmap(_finish)(full, c, active)
+
+
+def _active_set_lockstep(prob: _Problem, aux, features, max_iter, tol):
+    """:func:`_active_set_solve` for a batch of problems with batch-level ``lax.cond`` s."""
+    B, k = prob.C.shape[:2]
+    none = jnp.zeros((B, k), bool)
+
+    def newton(pr, a, act):
+        return _newton(pr, _phi(features, a), act, max_iter, tol)
+
+    first = jax.vmap(newton)(prob, aux, none)
     if k == 0:
-        return out_first
+        return first, none
+    ok_first = jax.vmap(_kkt_ok)(prob, first, none)
 
     def constrained(_):
-        c, active = jax.vmap(lambda pr, c0: _guess(pr, c0, max_iter, tol))(prob, first)
-        out, ok = jax.vmap(_finish)(prob, c, active)
-        ok = ok | ok_first
-        out = _select_batch(ok_first, out_first, out)
+        active = jax.vmap(lambda pr, c: pr.C @ c.eta < 0)(prob, first)
+        c = jax.vmap(newton)(prob._replace(eta0=first.eta), aux, active)
+        ok = jax.vmap(_kkt_ok)(prob, c, active) | ok_first
+        sel = _select_batch(ok_first, (first, none), (c, active))
 
         def enumerate_all(_):
-            def one(pr, c0):
-                return _finish(pr, *_enumerate(pr, c0, max_iter, tol))[0]
+            def one(pr, a, c0):
+                return _enumerate(pr, _phi(features, a), c0, max_iter, tol)
 
-            return _select_batch(ok, out, jax.vmap(one)(prob, first))
+            return _select_batch(ok, sel, jax.vmap(one)(prob, aux, first))
 
-        return jax.lax.cond(jnp.all(ok), lambda _: out, enumerate_all, None)
+        return jax.lax.cond(jnp.all(ok), lambda _: sel, enumerate_all, None)
 
-    return jax.lax.cond(jnp.all(ok_first), lambda _: out_first, constrained, None)
+    return jax.lax.cond(jnp.all(ok_first), lambda _: (first, none), constrained, None)
 
 
 def _select_batch(ok, a, b):
