@@ -840,7 +840,10 @@ def case_study(
     top = np.argsort(-masked, axis=1, kind="stable")[:, :5]
     probs = np.asarray(fitted.predict(np.take_along_axis(score, top, axis=1)))
     mean, spread = probs.mean(1), probs.max(1) - probs.min(1)
-    users = [int(np.argmax(mean)), int(np.argmin(mean)), int(np.argmax(spread))]
+    users: list[int] = []
+    for criterion in (-mean, mean, -spread):  # three distinct users, even when maps are flat
+        order = np.argsort(criterion, kind="stable")
+        users.append(int(next(u for u in order if u not in users)))
     rows = [[u, r + 1, int(top[u, r]), float(probs[u, r])] for u in users for r in range(5)]
     write_table(
         out / "tables" / f"case_study_{protocol}",

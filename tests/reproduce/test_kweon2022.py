@@ -237,3 +237,32 @@ def test_yahoo_study_on_small_files(tmp_path):
     omega = min(1.0, p_y_obs * (obs.size / n_pairs) / p_y)
     h = study.holdout_rate[u]
     assert study.absolute[u, i] == pytest.approx(h * omega / (1 - (1 - h) * omega), rel=1e-12)
+
+
+def test_case_study_picks_three_distinct_users(tmp_path):
+    """Figure 4's users: the highest and lowest mean top-5 probability and the widest spread
+    (brute force over users), three distinct users even when the calibrated map is flat."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(0)
+    n_u, n_i = 7, 12
+    train = (rng.random((n_u, n_i)) < 0.2).astype(np.int64)
+    study = SimpleNamespace(train=train, valid=np.zeros_like(train))
+    score = rng.normal(size=(n_u, n_i))
+
+    class Map:  # a fitted calibrator stand-in: p = f(s)
+        def __init__(self, f):
+            self.predict = f
+
+    def table(path):
+        with open(path / "tables" / "case_study_t.csv") as fh:
+            rows = list(csv.DictReader(fh))
+        return [int(rows[5 * j]["user"]) for j in range(3)]
+
+    sigmoid = lambda s: 1 / (1 + np.exp(-s))  # noqa: E731
+    k.case_study(tmp_path, study, score, Map(sigmoid), "t", "M")
+    top5 = [np.sort(np.where(train[u] > 0, -np.inf, score[u]))[::-1][:5] for u in range(n_u)]
+    p = np.array([sigmoid(t) for t in top5])
+    assert table(tmp_path)[:2] == [int(np.argmax(p.mean(1))), int(np.argmin(p.mean(1)))]
+    k.case_study(tmp_path, study, score, Map(lambda s: np.full(np.shape(s), 0.3)), "t", "M")
+    assert len(set(table(tmp_path))) == 3
