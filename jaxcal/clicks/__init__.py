@@ -6,7 +6,8 @@ baselines :class:`GCTR`, :class:`RCTR`, :class:`DCTR`; :class:`PBM`, :class:`Cas
 ``fit(sessions, *, prior=(1, 2), max_iter=50, tol=1e-6, mesh=None)`` returns an immutable
 fitted pytree with ``predict_conditional`` / ``predict_marginal``. Logs are
 :class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
-:func:`read_npz`; :func:`simulate` for ground truth); metrics :func:`perplexity`,
+:func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
+truth); metrics :func:`perplexity`,
 :func:`log_likelihood`, :func:`ctr_error`; per-rank isotonic calibration
 :class:`RankCalibration` (Borisov et al., CIKM 2018).
 """
@@ -24,6 +25,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "iter_tiangong": "jaxcal.clicks.io",
         "read_npz": "jaxcal.clicks.io",
         "read_parquet": "jaxcal.clicks.io",
+        "iter_parquet": "jaxcal.clicks.io",
         # models
         "GCTR": "jaxcal.clicks.ctr",
         "RCTR": "jaxcal.clicks.ctr",

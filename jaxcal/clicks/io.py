@@ -37,6 +37,7 @@ __all__ = [
     "iter_tiangong",
     "read_npz",
     "read_parquet",
+    "iter_parquet",
 ]
 
 
@@ -234,38 +235,145 @@ def read_npz(path) -> Sessions:
         )
 
 
-def read_parquet(path) -> Sessions:
-    """Read a Parquet table with columns ``query`` (int), ``doc`` and ``clicks`` (lists of
-    ints, one SERP per row; lists may differ in length) and optional ``weight``.
-
-    Requires ``pyarrow`` (not a jaxcal dependency).
-
-    Raises:
-        ImportError: when ``pyarrow`` is not installed.
-        ValueError: on missing columns or malformed rows.
-    """
+def _pyarrow():
     try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "read_parquet needs pyarrow (pip install pyarrow); or convert the log to "
-            "NumPy arrays and use read_npz."
+            "reading Parquet needs pyarrow (pip install pyarrow, or the dev extra); or "
+            "convert the log to NumPy arrays and use read_npz."
         ) from exc
-    table = pq.read_table(os.fspath(path))
-    cols = table.column_names
-    missing = [k for k in ("query", "doc", "clicks") if k not in cols]
+    return pa, pc, pq
+
+
+def _parquet_schema(schema, where: str) -> None:
+    """Check the columns and their types before touching the data."""
+    import pyarrow.types as pat
+
+    names = schema.names
+    missing = [k for k in ("query", "doc", "clicks") if k not in names]
     if missing:
-        raise ValueError(f"{path} lacks columns {missing}; found {cols}.")
-    query = table.column("query").to_pylist()
-    docs = table.column("doc").to_pylist()
-    clicks = table.column("clicks").to_pylist()
-    rows = []
-    for i, (q, d, c) in enumerate(zip(query, docs, clicks, strict=True)):
-        if d is None or c is None or len(d) != len(c) or not d:
-            raise ValueError(f"{path}: row {i} has mismatched or empty doc / clicks lists.")
-        rows.append((q, list(d), list(c)))
-    out = _pack(rows)
-    if "weight" in cols:
-        w = np.asarray(table.column("weight").to_pylist(), np.float64)
-        out = Sessions.from_arrays(out.query, out.doc, out.clicks, out.mask, w)
-    return out
+        raise ValueError(f"{where} lacks columns {missing}; found {names}.")
+    qt = schema.field("query").type
+    if not pat.is_integer(qt):
+        raise ValueError(f"{where}: column 'query' must hold integer ids; got type {qt}.")
+    for name in ("doc", "clicks"):
+        t = schema.field(name).type
+        is_list = pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t)
+        ok_values = is_list and (
+            pat.is_integer(t.value_type) or (name == "clicks" and pat.is_boolean(t.value_type))
+        )
+        if not ok_values:
+            raise ValueError(
+                f"{where}: column {name!r} must hold lists of integers (one SERP per row); "
+                f"got type {t}."
+            )
+    if "weight" in names:
+        wt = schema.field("weight").type
+        if not (pat.is_integer(wt) or pat.is_floating(wt)):
+            raise ValueError(f"{where}: column 'weight' must be numeric; got type {wt}.")
+
+
+def _sessions_from_table(table, where: str, first_row: int) -> Sessions:
+    """Vectorised conversion of one Arrow table (a whole file or a chunk) to Sessions."""
+    _, pc, _ = _pyarrow()
+    cols = ["query", "doc", "clicks"] + (["weight"] if "weight" in table.column_names else [])
+    for name in cols:
+        col = table.column(name)
+        if col.null_count:
+            row = first_row + int(np.flatnonzero(np.asarray(col.is_null()))[0])
+            raise ValueError(f"{where}: row {row} has a missing (null) {name!r}.")
+    doc = table.column("doc").combine_chunks()
+    clicks = table.column("clicks").combine_chunks()
+    n_doc = np.asarray(pc.list_value_length(doc), np.int64)
+    n_click = np.asarray(pc.list_value_length(clicks), np.int64)
+    bad = np.flatnonzero((n_doc != n_click) | (n_doc == 0))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{where}: row {first_row + i} has {n_doc[i]} documents and {n_click[i]} clicks "
+            "(need equal, non-empty lists)."
+        )
+    S, n = n_doc.shape[0], int(n_doc.max())
+    row = np.repeat(np.arange(S), n_doc)
+    col = np.arange(row.shape[0]) - np.repeat(np.cumsum(n_doc) - n_doc, n_doc)
+    flat_doc = np.asarray(pc.list_flatten(doc), np.int64)
+    flat_clicks = np.asarray(pc.list_flatten(clicks)).astype(np.int64)
+    doc_arr = np.zeros((S, n), np.int64)
+    click_arr = np.zeros((S, n), np.int64)
+    mask = np.zeros((S, n), bool)
+    doc_arr[row, col] = flat_doc
+    click_arr[row, col] = flat_clicks
+    mask[row, col] = True
+    weight = None
+    if "weight" in table.column_names:
+        weight = np.asarray(table.column("weight"), np.float64)
+    return Sessions.from_arrays(
+        np.asarray(table.column("query"), np.int64), doc_arr, click_arr, mask, weight
+    )
+
+
+def _parquet_file(path):
+    _, _, pq = _pyarrow()
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"no such file: {path}")
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses
+        raise ValueError(f"{path} is not a readable Parquet file: {exc}") from exc
+
+
+def iter_parquet(path, *, chunk_sessions: int = 100_000) -> Iterator[Sessions]:
+    """Stream a Parquet click log (layout of :func:`read_parquet`) in chunks of at most
+    ``chunk_sessions`` SERPs, reading one record batch at a time (logs larger than memory:
+    deduplicate each chunk, then concatenate).
+
+    Raises:
+        ImportError: when ``pyarrow`` is not installed.
+        ValueError: as :func:`read_parquet` (row numbers count from the file's start).
+    """
+    chunk_sessions = _check_chunk(chunk_sessions)
+    pa, _, _ = _pyarrow()
+    pf = _parquet_file(path)
+    where = os.fspath(path)
+    _parquet_schema(pf.schema_arrow, where)
+    if pf.metadata.num_rows == 0:
+        raise ValueError(f"{where} holds no SERPs.")
+    first = 0
+    for batch in pf.iter_batches(batch_size=chunk_sessions):
+        table = pa.Table.from_batches([batch])
+        yield _sessions_from_table(table, where, first)
+        first += table.num_rows
+
+
+def read_parquet(path) -> Sessions:
+    """Read a Parquet table with columns ``query`` (integer), ``doc`` and ``clicks`` (lists
+    of integers, one SERP per row; lists may differ in length: shorter SERPs are padded and
+    masked; ``clicks`` may also be booleans) and optional ``weight`` (numeric, session
+    multiplicities). Other columns are ignored.
+
+    Requires ``pyarrow`` (the ``dev`` extra; not a runtime dependency of jaxcal).
+
+    Example:
+        >>> import pyarrow as pa, pyarrow.parquet as pq  # doctest: +SKIP
+        >>> pq.write_table(pa.table({"query": [3], "doc": [[7, 8]], "clicks": [[0, 1]]}),
+        ...                "log.parquet")  # doctest: +SKIP
+        >>> read_parquet("log.parquet").clicks  # doctest: +SKIP
+        array([[0, 1]], dtype=int8)
+
+    Raises:
+        ImportError: when ``pyarrow`` is not installed.
+        ValueError: on a missing or unreadable file, missing columns, columns of the wrong
+            type, nulls, a row whose ``doc`` and ``clicks`` lists differ in length or are
+            empty (with the row number), clicks not 0/1, negative ids or weights.
+    """
+    pf = _parquet_file(path)
+    where = os.fspath(path)
+    _parquet_schema(pf.schema_arrow, where)
+    table = pf.read()
+    if table.num_rows == 0:
+        raise ValueError(f"{where} holds no SERPs.")
+    return _sessions_from_table(table, where, 0)

@@ -66,19 +66,30 @@ def tiangong_logs(data_dir: Path) -> tuple[Sessions, Sessions, Sessions]:
 
 
 def simulated_logs(
-    n_train: int, *, n_queries: int = 2000, seed: int = 0
+    n_train: int, *, n_queries: int | None = None, serp_variants: int | None = 3, seed: int = 0
 ) -> tuple[Sessions, Sessions, Sessions]:
     """``(train, dev, test)`` of sizes ``n``, ``n / 10``, ``n / 10`` from a DBN with
-    Zipf(1.1) query frequencies over ``n_queries`` queries of 15 documents."""
+    Zipf(1.1) query frequencies over ``n_queries`` queries of 15 documents.
+
+    Args:
+        n_train: training sessions.
+        n_queries: number of queries; default ``max(2000, n_train // 100)``, so that the
+            query set grows with the log and its tail stays rare (where priors matter).
+        serp_variants: fixed SERPs per query (:func:`jaxcal.clicks.simulate`: variant ``v``
+            shown with probability proportional to ``2^-v``); ``None`` draws a fresh random
+            ordering per session (no two sessions alike, no deduplication gain).
+        seed: random seed.
+    """
+    if n_queries is None:
+        n_queries = max(2000, n_train // 100)
     key = jax.random.key(seed)
     k0, k1, k2, k3 = jax.random.split(key, 4)
     params = example_params("DBN", n_queries=n_queries, n_docs=15, key=k0)
     params["query_probs"] = 1.0 / np.arange(1, n_queries + 1) ** 1.1
     n_dev = max(n_train // 10, 1)
-    return (
-        simulate("DBN", params, n_train, key=k1),
-        simulate("DBN", params, n_dev, key=k2),
-        simulate("DBN", params, n_dev, key=k3),
+    return tuple(
+        simulate("DBN", params, n, key=k, serp_variants=serp_variants)
+        for n, k in ((n_train, k1), (n_dev, k2), (n_dev, k3))
     )
 
 
@@ -103,10 +114,18 @@ def run_study(
         ``{model: {"marginal": [[row1, row2, row3] per prior], "conditional": ...,
         "priors": ...}}`` of test perplexities, plus ``"seconds"``.
     """
+    t0 = time.perf_counter()
     train, dev, test = (s.deduplicate() for s in logs)
     train_dev = Sessions.concatenate([train, dev]).deduplicate()
-    results: dict[str, Any] = {}
-    t0 = time.perf_counter()
+    results: dict[str, Any] = {
+        "unique_rows": {
+            "train": train.n_sessions,
+            "dev": dev.n_sessions,
+            "test": test.n_sessions,
+            "train+dev": train_dev.n_sessions,
+        }
+    }
+    log(f"{name}: distinct rows after deduplication {results['unique_rows']}", quiet=quiet)
     grid = [(m, p) for m in models for p in priors]
     worst: dict[str, tuple[float, Any, Any]] = {}
     for m, prior in progress(grid, f"{name}: model x prior", quiet=quiet):
@@ -114,8 +133,9 @@ def run_study(
         base = est.fit(train, prior=prior, max_iter=max_iter)
         base_dev = est.fit(train_dev, prior=prior, max_iter=max_iter)
         cal = calibrate_click_model(base, dev)
-        r = results.setdefault(m, {"marginal": [], "conditional": [], "priors": []})
+        r = results.setdefault(m, {"marginal": [], "conditional": [], "priors": [], "n_iter": []})
         r["priors"].append(list(prior))
+        r["n_iter"].append([int(base.n_iter), int(base_dev.n_iter)])
         for kind in ("marginal", "conditional"):
             fn = f"predict_{kind}"
             r[kind].append(
@@ -151,7 +171,7 @@ def summarise(results: dict[str, Any], *, kind: str = "marginal") -> dict[str, A
     """Tables 1-3: mean over priors, 100 x variance, variance relative to row 1."""
     table: dict[str, Any] = {}
     for m, r in results.items():
-        if not isinstance(r, dict):
+        if not isinstance(r, dict) or kind not in r:  # "seconds", "unique_rows"
             continue
         a = np.asarray(r[kind])  # [priors, 3]
         var = a.var(axis=0, ddof=1) if a.shape[0] > 1 else np.zeros(3)
@@ -189,6 +209,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim-sessions", type=int, default=20_000, help="simulated training sessions (0: skip)"
     )
+    parser.add_argument(
+        "--sim-queries",
+        type=int,
+        default=None,
+        help="queries of the simulated world (default max(2000, sim-sessions / 100))",
+    )
+    parser.add_argument(
+        "--serp-variants",
+        type=int,
+        default=3,
+        help="fixed SERPs per simulated query (0: a fresh random ordering per session)",
+    )
+    parser.add_argument("--skip-tiangong", action="store_true", help="only the simulated log")
     parser.add_argument("--models", default=",".join(PAPER_MODELS))
     parser.add_argument("--max-iter", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="4 priors instead of 24 (smoke test)")
@@ -207,10 +240,25 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown click models {unknown}; choose from {sorted(MODELS)}.")
     priors = PRIORS[::6] if args.quick else PRIORS
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
-    logs = {"tiangong": tiangong_logs(data_dir)}
+    logs = {} if args.skip_tiangong else {"tiangong": tiangong_logs(data_dir)}
     if args.sim_sessions > 0:
-        logs["simulated"] = simulated_logs(args.sim_sessions)
-    report: dict[str, Any] = {"priors": [list(p) for p in priors], "logs": {}}
+        logs["simulated"] = simulated_logs(
+            args.sim_sessions,
+            n_queries=args.sim_queries,
+            serp_variants=args.serp_variants or None,
+        )
+    if not logs:
+        raise ValueError("nothing to run: --skip-tiangong with --sim-sessions 0.")
+    report: dict[str, Any] = {
+        "priors": [list(p) for p in priors],
+        "max_iter": args.max_iter,
+        "sim": {
+            "sessions": args.sim_sessions,
+            "queries": args.sim_queries,
+            "serp_variants": args.serp_variants,
+        },
+        "logs": {},
+    }
     text = []
     for name, triple in logs.items():
         sizes = [int(s.total_weight) for s in triple]
@@ -226,6 +274,12 @@ def run(args: argparse.Namespace) -> int:
         )
         tables = {k: summarise(res, kind=k) for k in ("marginal", "conditional")}
         report["logs"][name] = {"sizes": sizes, "raw": res, "tables": tables}
+        rows = res["unique_rows"]
+        minutes = res["seconds"] / 60
+        text.append(
+            f"{name}: train / dev / test sessions {sizes}, distinct rows {rows}, "
+            f"{minutes:.1f} min\n"
+        )
         text.append(markdown(tables["marginal"], f"{name} ({sizes[0]} train sessions)"))
         text.append(markdown(tables["conditional"], f"{name}: conditional perplexity"))
     (out / "results.json").write_text(json.dumps(report, indent=1))

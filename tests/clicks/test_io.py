@@ -159,3 +159,144 @@ def test_npz_round_trip_and_errors(tmp_path):
     np.savez(tmp_path / "bad2.npz", query=[0], doc=[[1, 2]], clicks=[[3, 0]])
     with pytest.raises(ValueError, match="0/1"):
         read_npz(tmp_path / "bad2.npz")
+
+
+# ---------------------------------------------------------------------------- Parquet
+# Oracle: the same SERPs written out by hand as padded arrays and built with
+# Sessions.from_arrays (independent of the Arrow conversion in read_parquet).
+PARQUET_ROWS = [
+    # query, SERP, clicks
+    (5, [11, 12, 13, 14], [0, 1, 0, 1]),
+    (5, [11, 12, 13, 14], [0, 0, 0, 0]),  # no click
+    (6, [21], [1]),  # a one-result SERP
+    (7, [31, 32], [0, 0]),  # short SERP without clicks
+    (5, [12, 11, 13], [1, 0, 0]),
+]
+PARQUET_EXPECTED = Sessions.from_arrays(
+    query=[5, 5, 6, 7, 5],
+    doc=[[11, 12, 13, 14], [11, 12, 13, 14], [21, 0, 0, 0], [31, 32, 0, 0], [12, 11, 13, 0]],
+    clicks=[[0, 1, 0, 1], [0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]],
+    mask=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]],
+    weight=[1.0, 3.0, 1.0, 2.0, 1.0],
+)
+FIELDS = ("query", "doc", "clicks", "mask", "weight")
+
+
+def _parquet(tmp_path, columns, name="log.parquet", **kwargs):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / name
+    table = columns if isinstance(columns, pa.Table) else pa.table(columns)
+    pq.write_table(table, path, **kwargs)
+    return path
+
+
+def _assert_same(got, want):
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f), err_msg=f)
+
+
+def _columns(rows=PARQUET_ROWS, weight=(1.0, 3.0, 1.0, 2.0, 1.0)):
+    cols = {
+        "query": [q for q, _, _ in rows],
+        "doc": [d for _, d, _ in rows],
+        "clicks": [c for _, _, c in rows],
+    }
+    if weight is not None:
+        cols["weight"] = list(weight)
+    return cols
+
+
+def test_read_parquet_equals_arrays(tmp_path):
+    from jaxcal.clicks import read_parquet
+
+    _assert_same(read_parquet(_parquet(tmp_path, _columns())), PARQUET_EXPECTED)
+    # without weights: all 1; boolean clicks and an extra column are accepted
+    cols = _columns(weight=None)
+    cols["clicks"] = [[bool(v) for v in c] for c in cols["clicks"]]
+    cols["region"] = [1, 2, 3, 4, 5]
+    log = read_parquet(_parquet(tmp_path, cols, "b.parquet"))
+    np.testing.assert_array_equal(log.weight, np.ones(5))
+    np.testing.assert_array_equal(log.clicks, PARQUET_EXPECTED.clicks)
+
+
+def test_iter_parquet_chunks_equal_one_shot(tmp_path):
+    """Chunked reading (several row groups, chunk sizes that do and do not divide them)
+    gives the same log; deduplicating chunk by chunk and merging gives the same weighted
+    log and the same fitted model (statistics are sums over sessions)."""
+    import jax
+
+    from jaxcal.clicks import DBN, example_params, iter_parquet, read_parquet, simulate
+
+    base = simulate("DBN", example_params("DBN", n_queries=3), 600, key=jax.random.key(0))
+    mask = np.arange(9) < 7 + base.query[:, None]  # 7, 8 or 9 results
+    log = Sessions.from_arrays(base.query, base.doc[:, :9], base.clicks[:, :9] * mask, mask)
+    rows = [
+        (int(q), d[m].tolist(), c[m].tolist())
+        for q, d, c, m in zip(log.query, log.doc, log.clicks, log.mask, strict=True)
+    ]
+    path = _parquet(tmp_path, _columns(rows, weight=None), row_group_size=128)
+    whole = read_parquet(path)
+    _assert_same(whole, log)
+    for chunk in (1, 97, 128, 1000):
+        parts = list(iter_parquet(path, chunk_sessions=chunk))
+        assert all(p.n_sessions <= chunk for p in parts)
+        assert sum(p.n_sessions for p in parts) == log.n_sessions
+        _assert_same(Sessions.concatenate(parts), log)
+    merged = Sessions.concatenate(
+        [p.deduplicate() for p in iter_parquet(path, chunk_sessions=97)]
+    ).deduplicate()
+    _assert_same(merged, log.deduplicate())
+    one = DBN().fit(whole, max_iter=5, dedup=False)
+    streamed = DBN().fit(merged, max_iter=5, dedup=False)
+    for k in one.params:
+        np.testing.assert_allclose(streamed.params[k], one.params[k], rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"query": None}, "lacks columns"),
+        ({"query": ["a", "b", "c", "d", "e"]}, "'query' must hold integer"),
+        ({"query": [5.0, 5.0, 6.0, 7.0, 5.0]}, "'query' must hold integer"),
+        ({"doc": [1, 2, 3, 4, 5]}, "'doc' must hold lists of integers"),
+        ({"clicks": [[0.5], [0.0], [1.0], [0.0], [1.0]]}, "'clicks' must hold lists"),
+        ({"weight": ["x"] * 5}, "'weight' must be numeric"),
+        ({"clicks": [[0, 1, 0, 1], [0, 0, 0, 0], [1, 0], [0, 0], [1, 0, 0]]}, "row 2 has 1"),
+        ({"doc": [[11, 12, 13, 14], [11, 12, 13, 14], [21], [], [12, 11, 13]]}, "row 3 has 0"),
+        ({"query": [5, None, 6, 7, 5]}, "row 1 has a missing"),
+        ({"clicks": [[0, 1, 0, 2], [0, 0, 0, 0], [1], [0, 0], [1, 0, 0]]}, "0/1"),
+        ({"query": [5, -5, 6, 7, 5]}, "query ids must lie"),
+        ({"weight": [1.0, -1.0, 1.0, 1.0, 1.0]}, "weight must be finite and non-negative"),
+    ],
+)
+def test_malformed_parquet_raises(tmp_path, change, message):
+    from jaxcal.clicks import iter_parquet, read_parquet
+
+    cols = _columns()
+    for k, v in change.items():
+        if v is None:
+            del cols[k]
+        else:
+            cols[k] = v
+    path = _parquet(tmp_path, cols)
+    with pytest.raises(ValueError, match=message):
+        read_parquet(path)
+    with pytest.raises(ValueError, match=message):
+        list(iter_parquet(path, chunk_sessions=2))
+
+
+def test_parquet_file_errors(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    from jaxcal.clicks import iter_parquet, read_parquet
+
+    with pytest.raises(ValueError, match="no such file"):
+        read_parquet(tmp_path / "absent.parquet")
+    not_parquet = _write(tmp_path, "x.parquet", "not a parquet file\n")
+    with pytest.raises(ValueError, match="not a readable Parquet file"):
+        read_parquet(not_parquet)
+    empty = _parquet(tmp_path, pa.table(_columns()).slice(0, 0), "e.parquet")
+    with pytest.raises(ValueError, match="holds no SERPs"):
+        read_parquet(empty)
+    with pytest.raises(ValueError, match="chunk_sessions"):
+        next(iter_parquet(_parquet(tmp_path, _columns()), chunk_sessions=0))
