@@ -10,7 +10,10 @@ object model, so ratios against it are conservative.)
 jaxcal: one EM iteration = E-step over all sessions + ``segment_sum`` M-step inside the jitted
 ``lax.while_loop``; the log is encoded and moved to the device once, and an iteration is timed
 as ``(min t(k + 1 iterations) - min t(1 iteration)) / k`` (no deduplication: simulated
-sessions with shuffled SERPs rarely repeat). Compile time is reported separately.
+sessions with shuffled SERPs rarely repeat). Compile time is reported separately. The
+reference iteration and the two jaxcal runs are interleaved ``--reps`` times and the minimum
+of each is kept, so that both sides are measured under the same (shared-machine) load; wall
+clock and process CPU time are both reported, with the load average.
 
     python benchmarks/bench_clicks.py [--sessions 1000000] [--ref-sessions 2000]
 """
@@ -18,6 +21,7 @@ sessions with shuffled SERPs rarely repeat). Compile time is reported separately
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import subprocess
 import time
@@ -180,9 +184,13 @@ def reference_init(name, n):
 
 
 # --------------------------------------------------------------------------- jaxcal
-def jaxcal_iteration_seconds(name, log, k=10, reps=3):
-    """Seconds per EM iteration of the jitted loop (device arrays prepared once), and the
-    compile time; ``(min t(k + 1 iterations) - min t(1 iteration)) / k``."""
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def jaxcal_runner(name, log):
+    """A function ``n_iter -> (wall s, CPU s)`` running ``n_iter`` EM iterations of the
+    jitted loop on the log (encoded and moved to the device once)."""
     import jax.numpy as jnp
 
     from jaxcal.clicks._em import make_batch, run_em
@@ -197,15 +205,31 @@ def jaxcal_iteration_seconds(name, log, k=10, reps=3):
     cls = type(est)
 
     def once(n_iter):
-        t = time.perf_counter()
+        w0, c0 = _clock()
         res = run_em(cls._stats, cls._mstep, params0, batch, prior, tol, max_iter=n_iter)
         jax.block_until_ready(res.params)
-        return time.perf_counter() - t
+        w1, c1 = _clock()
+        return w1 - w0, c1 - c0
 
-    first = once(1) + once(k + 1)
-    t1 = min(once(1) for _ in range(reps))
-    tk = min(once(k + 1) for _ in range(reps))
-    return (tk - t1) / k, first - t1 - tk, t1
+    return once
+
+
+def reference_runner(name, log):
+    """A function ``() -> (wall s, CPU s)`` of one pure-Python EM iteration on ``log``."""
+    rows = _rows(log)
+    theta = reference_em_iteration(name, rows, reference_init(name, log.n_results))  # warm
+
+    def once():
+        w0, c0 = _clock()
+        reference_em_iteration(name, rows, theta)
+        w1, c1 = _clock()
+        return w1 - w0, c1 - c0
+
+    return once
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def main() -> None:
@@ -213,39 +237,53 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=1_000_000)
     ap.add_argument("--ref-sessions", type=int, default=2000)
     ap.add_argument("--models", default=",".join(MODELS_BENCH))
+    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (min taken)")
+    ap.add_argument("--iters", type=int, default=10, help="k in t(k + 1) - t(1)")
     args = ap.parse_args()
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model_line = next((ln for ln in cpu.splitlines() if "Model name" in ln), platform.processor())
     print(
-        f"machine: {model_line.split(':', 1)[-1].strip()}; jax {jax.__version__}; "
-        f"devices {jax.devices()}; dtype float32 (JAX default)"
+        f"machine: {model_line.split(':', 1)[-1].strip()}, {os.cpu_count()} cores; "
+        f"jax {jax.__version__}; devices {jax.devices()}; dtype float32 (JAX default)"
     )
-    print(f"log: {args.sessions:,} simulated sessions x 10 results, 1000 queries x 15 docs\n")
+    print(f"log: {args.sessions:,} simulated sessions x 10 results, 1000 queries x 15 docs")
+    print(f"load average at start: {load_average()}\n")
     header = (
-        f"{'model':5} {'jaxcal s/iter':>13} {'sess/s':>12} {'ms/1e5':>9} {'compile s':>9} "
-        f"{'ref ms/1e3':>10} {'x ref':>8} {'PyClick ms/1e3':>14} {'x PyClick':>10}"
+        f"{'model':5} {'jaxcal s/iter':>13} {'sess/s':>10} {'ms/1e5':>8} {'compile s':>9} "
+        f"{'ref ms/1e3':>10} {'x ref':>7} {'x ref CPU':>9} {'PyClick ms/1e3':>14} "
+        f"{'x PyClick':>9} {'load':>14}"
     )
     print(header)
+    k = args.iters
     for name in args.models.split(","):
         p = example_params(name, n_queries=1000, n_docs=15, key=jax.random.key(0))
         log = simulate(name, p, args.sessions, key=jax.random.key(1))
-        per_iter, compile_s, _ = jaxcal_iteration_seconds(name, log)
-        ref_log = log[: args.ref_sessions]
-        rows = _rows(ref_log)
-        theta = reference_init(name, 10)
-        theta = reference_em_iteration(name, rows, theta)  # warm
-        t = time.perf_counter()
-        reference_em_iteration(name, rows, theta)
-        ref_s = time.perf_counter() - t
-        ref_per_1k = 1e3 * ref_s / args.ref_sessions * 1e3  # ms per 1000 sessions
-        jax_per_1k = 1e3 * per_iter / args.sessions * 1e3
+        jax_once = jaxcal_runner(name, log)
+        ref_once = reference_runner(name, log[: args.ref_sessions])
+        first = jax_once(1)[0] + jax_once(k + 1)[0]  # compiles
+        t1, tk, ref = [], [], []
+        for _ in range(args.reps):  # interleaved, so both sides see the same load
+            t1.append(jax_once(1))
+            ref.append(ref_once())
+            tk.append(jax_once(k + 1))
+        w1, wk = min(t[0] for t in t1), min(t[0] for t in tk)
+        c1, ck = min(t[1] for t in t1), min(t[1] for t in tk)
+        per_iter, per_iter_cpu = (wk - w1) / k, (ck - c1) / k
+        compile_s = first - w1 - wk
+        ref_wall = min(t[0] for t in ref) / args.ref_sessions  # s per session
+        ref_cpu = min(t[1] for t in ref) / args.ref_sessions
+        jax_wall, jax_cpu = per_iter / args.sessions, per_iter_cpu / args.sessions
         print(
-            f"{name:5} {per_iter:13.3f} {args.sessions / per_iter:12.3g} "
-            f"{1e3 * per_iter / args.sessions * 1e5:9.1f} {compile_s:9.1f} "
-            f"{ref_per_1k:10.1f} {ref_per_1k / jax_per_1k:8.0f} "
-            f"{PYCLICK_MS_PER_1K[name]:14.0f} {PYCLICK_MS_PER_1K[name] / jax_per_1k:10.0f}",
+            f"{name:5} {per_iter:13.3f} {1 / jax_wall:10.3g} {1e8 * per_iter / args.sessions:8.1f} "
+            f"{compile_s:9.1f} {1e6 * ref_wall:10.1f} {ref_wall / jax_wall:7.0f} "
+            f"{ref_cpu / jax_cpu:9.0f} {PYCLICK_MS_PER_1K[name]:14.0f} "
+            f"{PYCLICK_MS_PER_1K[name] / (1e6 * jax_wall):9.0f} {load_average():>14}",
             flush=True,
         )
+    print(
+        "\nx ref: wall-clock ratio (min over interleaved repetitions); x ref CPU: ratio of "
+        "process CPU time (XLA may use both cores, so this is the conservative one)."
+    )
 
 
 if __name__ == "__main__":
