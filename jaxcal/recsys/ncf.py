@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.recsys._data import nth_non_positive, sample_triples
+from jaxcal.recsys._data import sample_non_positive, sample_triples
 from jaxcal.recsys._train import _check_int, check_indices, init_factors
 from jaxcal.recsys.bpr import BPRMF
 
@@ -139,9 +139,8 @@ class NCF(BPRMF):
             k_pos, tables, n_items=n_items, batch_size=self.batch_size, max_degree=sizes.max_degree
         )
         uu = jnp.repeat(u, self.n_negatives)
-        n_free = n_items - (tables.indptr[uu + 1] - tables.indptr[uu])
-        r = jax.random.randint(k_neg, uu.shape, 0, n_free, dtype=jnp.int32)
-        return u, i, uu, nth_non_positive(tables, uu, r, sizes.search_bound)
+        j = sample_non_positive(k_neg, tables, uu, n_items=n_items, max_degree=sizes.max_degree)
+        return u, i, uu, j
 
     def _loss(self, params, batch, aux, hp):
         u, i, uu, j = batch

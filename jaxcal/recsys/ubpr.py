@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.recsys._data import InteractionData, search_steps
+from jaxcal.recsys._data import InteractionData, is_positive
 from jaxcal.recsys.bpr import BPRMF, bpr_loss
 
 __all__ = ["UBPR", "popularity_propensity", "is_positive"]
@@ -58,24 +58,6 @@ def popularity_propensity(
     data = as_interactions(train, n_items=n_items)
     counts = np.bincount(data.items, minlength=data.n_items).astype(np.float64)
     return np.maximum((counts / counts.max()) ** power, clip)
-
-
-def is_positive(tables, users: jax.Array, items: jax.Array, bound: int) -> jax.Array:
-    """Whether each ``(users, items)`` pair is a training positive (binary search, on device;
-    ``bound`` (static) is an upper bound on the users' numbers of positives, e.g. n_items)."""
-    start, end = tables.indptr[users], tables.indptr[users + 1]
-    n_steps = search_steps(bound)
-
-    def body(_, bounds):
-        lo, hi = bounds
-        active = lo < hi
-        mid = (lo + hi) // 2
-        le = tables.items[jnp.minimum(mid, tables.items.size - 1)] <= items
-        return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
-
-    lo, _ = jax.lax.fori_loop(0, n_steps, body, (start, end), unroll=True)
-    last = jnp.maximum(lo - 1, 0)
-    return (lo > start) & (tables.items[last] == items)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""On-device LearnBPR sampling: the exact r-th-non-positive search against enumeration,
-negatives never known positives, and the joint law of (u, i, j) against its closed form by
-chi-square tests (fixed seeds)."""
+"""On-device LearnBPR sampling: the exact r-th-non-positive search and the bitmap remap
+bijection against enumeration, the bitmap tables against a dense matrix, the integer draws
+against ``jax.random.randint``, negatives never known positives, and the joint law of
+(u, i, j) against its closed form by chi-square tests (fixed seeds), for both samplers."""
 
 from __future__ import annotations
 
@@ -12,11 +13,21 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from jaxcal.recsys._data import as_interactions, nth_non_positive, sample_triples, sampler_tables
+from jaxcal.recsys._data import (
+    as_interactions,
+    nth_non_positive,
+    remap_non_positive,
+    sample_non_positive,
+    sample_triples,
+    sampler_tables,
+    uniform_below,
+)
 from jaxcal.recsys.ubpr import is_positive
 
 P_MIN = 1e-3  # chi-square p-value floor; a correct sampler fails with probability 0.1%
 N_DRAWS = 200_000
+# the two exact samplers: bitmap remap (default) and binary search (no bitmap tables)
+SAMPLERS = {"bitmap": {}, "search": {"max_bitmap_bytes": 0}}
 
 
 def _train():
@@ -48,34 +59,95 @@ def test_nth_non_positive_enumerates_the_complement(tight):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_is_positive_matches_dense_lookup():
-    train = _train()
-    tables = sampler_tables(as_interactions(train))
-    uu, ii = np.meshgrid(np.arange(train.shape[0]), np.arange(train.shape[1]), indexing="ij")
-    got = is_positive(tables, jnp.asarray(uu.ravel()), jnp.asarray(ii.ravel()), train.shape[1])
-    np.testing.assert_array_equal(np.asarray(got), train.ravel())
+def _random_trains(n):
+    """Random small matrices: empty rows and columns, 31-33 and 70 items (two bitmap
+    words), users with every item but one."""
+    rng = np.random.default_rng(7)
+    for _ in range(n):
+        n_users, n_items = int(rng.integers(1, 7)), int(rng.choice([2, 31, 32, 33, 70]))
+        train = rng.uniform(size=(n_users, n_items)) < rng.uniform(0.0, 1.0)
+        train[:, rng.integers(n_items)] = False  # every user keeps a non-positive
+        train[0, :] = True
+        train[0, rng.integers(n_items)] = False
+        yield train
 
 
-def _draw(train, negatives, seed=0):
+def test_remap_is_a_bijection_onto_each_users_non_positives():
+    # f_u maps {0..I-m_u-1} onto u's non-positive items, one to one (enumeration)
+    for train in _random_trains(8):
+        tables = sampler_tables(as_interactions(train, n_items=train.shape[1]))
+        assert tables.bitmap is not None
+        users, ranks = [], []
+        for u in range(train.shape[0]):
+            n_free = int((~train[u]).sum())
+            users += [u] * n_free
+            ranks += list(range(n_free))
+        got = np.asarray(
+            jax.jit(remap_non_positive)(
+                tables, jnp.asarray(users, jnp.int32), jnp.asarray(ranks, jnp.int32)
+            )
+        )
+        users = np.asarray(users)
+        for u in range(train.shape[0]):
+            np.testing.assert_array_equal(np.sort(got[users == u]), np.flatnonzero(~train[u]))
+
+
+def test_bitmap_is_used_only_below_the_memory_cap():
+    data = as_interactions(_train())
+    assert sampler_tables(data).bitmap is not None
+    assert sampler_tables(data, max_bitmap_bytes=0).bitmap is None
+    # 6 users x 1 word x 8 bytes + 4 bytes per positive
+    exact = 8 * 6 + 4 * data.users.size
+    assert sampler_tables(data, max_bitmap_bytes=exact).bitmap is not None
+    assert sampler_tables(data, max_bitmap_bytes=exact - 1).bitmap is None
+
+
+@pytest.mark.parametrize("span", [1, 2, 3, 11, 300, 216_000, 2**31 - 1, 0])
+def test_uniform_below_equals_jax_randint(span):
+    # the same integers jax.random.randint draws from the same random words
+    key = jax.random.key(span)
+    k_hi, k_lo = jax.random.split(key)
+    hi = jax.random.bits(k_hi, (4096,), jnp.uint32)
+    lo = jax.random.bits(k_lo, (4096,), jnp.uint32)
+    expected = jax.random.randint(key, (4096,), 0, span, dtype=jnp.int32)
+    np.testing.assert_array_equal(uniform_below(hi, lo, jnp.int32(span)), expected)
+    spans = jnp.arange(1, 4097, dtype=jnp.int32)  # per-draw spans (the sampler's case)
+    expected = jax.random.randint(key, (4096,), 0, spans, dtype=jnp.int32)
+    np.testing.assert_array_equal(uniform_below(hi, lo, spans), expected)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_is_positive_matches_dense_lookup(sampler):
+    for train in [_train(), *_random_trains(3)]:
+        tables = sampler_tables(as_interactions(train), **SAMPLERS[sampler])
+        uu, ii = np.meshgrid(np.arange(train.shape[0]), np.arange(train.shape[1]), indexing="ij")
+        lookup = jax.jit(is_positive, static_argnums=3)
+        got = lookup(tables, jnp.asarray(uu.ravel()), jnp.asarray(ii.ravel()), train.shape[1])
+        np.testing.assert_array_equal(np.asarray(got), train.ravel())
+
+
+def _draw(train, negatives, seed=0, sampler="bitmap"):
     data = as_interactions(train)
-    tables = sampler_tables(data, need_negatives=negatives == "non_positive")
+    tables = sampler_tables(data, need_negatives=negatives == "non_positive", **SAMPLERS[sampler])
     fn = jax.jit(
         partial(sample_triples, n_items=train.shape[1], batch_size=N_DRAWS, negatives=negatives)
     )
     return [np.asarray(a) for a in fn(jax.random.key(seed), tables)]
 
 
-def test_negatives_are_never_positives_and_pairs_are_positives():
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_negatives_are_never_positives_and_pairs_are_positives(sampler):
     train = _train()
-    u, i, j = _draw(train, "non_positive")
+    u, i, j = _draw(train, "non_positive", sampler=sampler)
     assert train[u, i].all()
     assert not train[u, j].any()
 
 
-def test_learnbpr_triples_follow_the_uniform_law():
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_learnbpr_triples_follow_the_uniform_law(sampler):
     # P(u, i, j) = 1/|P| * 1/(n_items - deg(u)) for (u, i) positive, j non-positive of u
     train = _train()
-    u, i, j = _draw(train, "non_positive", seed=1)
+    u, i, j = _draw(train, "non_positive", seed=1, sampler=sampler)
     n_items = train.shape[1]
     deg = train.sum(1)
     cells, probs = [], []
@@ -123,3 +195,23 @@ def test_a_biased_sampler_is_detected():
         obs += list(counts[uu, free])
         exp += [counts[uu].sum() / free.size] * free.size
     assert chisquare(obs, exp).pvalue < 1e-6
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_sample_non_positive_is_uniform_per_user(sampler):
+    # NCF's negatives: for fixed users, j ~ U(non-positives of u), by chi-square per user
+    train = _train()
+    tables = sampler_tables(as_interactions(train), **SAMPLERS[sampler])
+    users = jnp.repeat(jnp.arange(train.shape[0], dtype=jnp.int32), 20_000)
+    j = np.asarray(
+        jax.jit(partial(sample_non_positive, n_items=train.shape[1]))(
+            jax.random.key(5), tables, users
+        )
+    )
+    users = np.asarray(users)
+    for u in range(train.shape[0]):
+        free = np.flatnonzero(~train[u])
+        counts = np.bincount(j[users == u], minlength=train.shape[1])
+        assert counts[train[u]].sum() == 0
+        if free.size > 1:
+            assert chisquare(counts[free]).pvalue > P_MIN
