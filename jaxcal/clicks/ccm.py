@@ -35,10 +35,9 @@ import jax.numpy as jnp
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._chain import forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import mstep_ratios
-from jaxcal.clicks.dbn import _div
 
 __all__ = ["CCM", "FittedCCM", "ccm_posteriors", "ccm_posteriors_rank_major", "ccm_stats"]
 
@@ -82,9 +81,9 @@ def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
         a_r, c_r, xn, above, nxt = xs
         x_r = a_r + (1.0 - a_r) * t1 * xn
         kappa = (1.0 - a_r) * t2 + a_r * t3
-        inv_below = _div(1.0, 1.0 - eps * x_r)
-        inv_z = _div(1.0, 1.0 - kappa * xn)
-        r_above = _div(a_r * t3, a_r * t3 + (1.0 - a_r) * t2)
+        inv_below = posterior_ratio(1.0, 1.0 - eps * x_r)
+        inv_z = posterior_ratio(1.0, 1.0 - kappa * xn)
+        r_above = posterior_ratio(a_r * t3, a_r * t3 + (1.0 - a_r) * t2)
         p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
         p_rel = jnp.where(c_r, jnp.where(above, r_above, a_r * (1.0 - t3 * xn) * inv_z), 0.0)
         skip = ~c_r & nxt
@@ -98,7 +97,7 @@ def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
         rel = a_r * inv_z  # relevant, at the last click
         t3n = jnp.where(click, jnp.where(above, r_above, rel * t3 * (1.0 - xn)), 0.0)
         t3d = jnp.where(click, jnp.where(above, r_above, rel * (1.0 - t3 * xn)), 0.0)
-        eps_next = jnp.where(c_r, kappa, _div(eps * (1.0 - a_r) * t1, 1.0 - a_r * eps))
+        eps_next = jnp.where(c_r, kappa, posterior_ratio(eps * (1.0 - a_r) * t1, 1.0 - a_r * eps))
         return eps_next, (p_attr, p_rel, a_r * eps, t1n, t2n, t3n, t1d, t2d, t3d)
 
     _, out = jax.lax.scan(fwd, jnp.ones_like(a[0]), (a, c, x_next, later, has_next))

@@ -8,7 +8,7 @@ satisfied with ``P(S_r = 1) = sigma_qd`` and stops; otherwise she continues with
 Exact EM for DBN (all posteriors given the whole click vector; ``l`` = last click, 0 if none;
 ``eps_r = P(E_r = 1 | C_<r)`` and ``X_r = P(any click at >= r | E_r = 1)`` from the forward /
 backward recursions of :mod:`jaxcal.clicks._chain` with ``kappa = gamma (1 - sigma)``,
-``nu = gamma``):
+``nu = gamma``, computed in :func:`dbn_posteriors_rank_major` by two fused scans):
 
 * ``P(A_r = 1 | C)`` = 1 if clicked; 0 if skipped above ``l``;
   ``alpha (1 - eps_r) / (1 - eps_r X_r)`` if skipped below ``l``.
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._chain import forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
 from jaxcal.clicks.dcm import last_click_or_end
@@ -49,12 +49,6 @@ __all__ = [
     "dbn_posteriors_rank_major",
     "dbn_stats",
 ]
-
-
-def _div(num: jax.Array, den: jax.Array) -> jax.Array:
-    """``num / den`` for posterior ratios with ``0 <= num <= den``: ``0 / 0`` (a path of
-    probability 0) gives 0; one max instead of :func:`safe_div`'s two selects."""
-    return num / jnp.maximum(den, jnp.finfo(den.dtype).tiny)
 
 
 def dbn_posteriors_rank_major(a, sigma, gamma, clicks, mask) -> dict[str, jax.Array]:
@@ -90,15 +84,15 @@ def dbn_posteriors_rank_major(a, sigma, gamma, clicks, mask) -> dict[str, jax.Ar
         a_r, s_r, c_r, xn, above, nxt = xs
         x_r = a_r + (1.0 - a_r) * gamma * xn
         at = c_r & ~above  # the last click
-        inv_below = _div(1.0, 1.0 - eps * x_r)  # 1 / P(no click at >= r | C_<r)
-        inv_at = _div(1.0, 1.0 - (1.0 - s_r) * gamma * xn)
+        inv_below = posterior_ratio(1.0, 1.0 - eps * x_r)  # 1 / P(no click at >= r | C_<r)
+        inv_at = posterior_ratio(1.0, 1.0 - (1.0 - s_r) * gamma * xn)
         p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
         p_sat = jnp.where(at, s_r * inv_at, 0.0)
         # P(E_r = 1, S_r = 0 | C) at / below the last click, before the continuation factor
         f = jnp.where(at, (1.0 - s_r) * inv_at, eps * (1.0 - a_r) * inv_below)
         g_num = jnp.where(nxt, jnp.where(above, 1.0, f * gamma * (1.0 - xn)), 0.0)
         g_den = jnp.where(nxt, jnp.where(above, 1.0, f * (1.0 - gamma * xn)), 0.0)
-        skip = _div(eps * (1.0 - a_r) * gamma, 1.0 - a_r * eps)
+        skip = posterior_ratio(eps * (1.0 - a_r) * gamma, 1.0 - a_r * eps)
         eps_next = jnp.where(c_r, gamma * (1.0 - s_r), skip)
         return eps_next, (p_attr, p_sat, g_num, g_den, a_r * eps)
 
