@@ -6,6 +6,8 @@ Example:
     >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), scores, labels,
     ...                               key=jax.random.key(0))
     >>> mean = post.predict(grid); lo, hi = post.interval(grid, level=0.9)
+    >>> sm_post = jaxcal.scoremodels.GaussianScoreModel().fit_bayes(
+    ...     scores, labels, key=jax.random.key(0))  # score models: ScoreModelPosterior
 """
 
 from jaxcal._lazy import lazy_exports
@@ -22,5 +24,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "hierarchical_model": "jaxcal.bayes.hierarchical",
         "default_prior": "jaxcal.bayes.linear",
         "linear_logit_model": "jaxcal.bayes.linear",
+        "fit_scoremodel_bayes": "jaxcal.bayes.scoremodel",
+        "ScoreModelPosterior": "jaxcal.bayes.scoremodel",
+        "scoremodel_bayes_model": "jaxcal.bayes.scoremodel",
     },
 )

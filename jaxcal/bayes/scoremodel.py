@@ -24,9 +24,10 @@ derivative linearly): ``mu1 >= mu0`` (equal-variance Gaussian), ``log_rate1 <= l
 ``beta0 >= max(0, beta1 - min((alpha1 - alpha0)/lo, (alpha1 - alpha0)/hi))`` (Gamma),
 ``mu1 >= bound`` (Kanoulas, Manmatha); each family's ``monotone_bound`` docstring has the
 derivation. The parameter is sampled as ``bound + excess`` (``excess > 0`` on
-``ImproperUniform(positive)``, NumPyro samples its log) with the original prior density as a
-factor (:func:`~jaxcal.scoremodels._base.bounded_site`): the induced prior is exactly the
-family's prior *conditioned on monotonicity*, every draw is monotone, and nothing is rejected.
+``ImproperUniform(softplus_positive)``: NumPyro samples its inverse softplus) with the
+original prior density as a factor (:func:`~jaxcal.scoremodels._base.bounded_site`): the
+induced prior is exactly the family's prior *conditioned on monotonicity*, every draw is
+monotone, and nothing is rejected.
 Gaussian mixtures have no such parameterisation (their components' means are ordered instead,
 to remove label switching); ``diagnostics()["monotone_share"]`` reports the share of
 monotone draws for every family.

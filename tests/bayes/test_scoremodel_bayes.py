@@ -258,32 +258,38 @@ def test_every_point_of_the_parameterisation_is_monotone(sm):
 # --- NUTS against exact posteriors -----------------------------------------------------------
 
 N_EXP = 1500  # one compiled shape for every exponential run (zero weights pad smaller data)
+N_EXP_SMALL = 40
+TRUE_EXP = dict(rate0=1.0, rate1=0.8, pi1=0.3)  # close rates: rate1 < rate0 matters at n = 40
+EXP_SEED = 9  # its first 40 points: untruncated, 37% of the posterior mass has rate1 > rate0
 NUTS_KW = dict(num_samples=1000, num_warmup=400, num_chains=4)
 
 
-def _padded(s, y, w, n):
-    pad = n - s.size
-    return (
-        np.concatenate([s, np.full(pad, s.mean())]),
-        np.concatenate([y, np.zeros(pad)]),
-        np.concatenate([w, np.zeros(pad)]),
-    )
+def simulate_exponential(n, seed):
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < TRUE_EXP["pi1"]).astype(float)
+    y[:2] = [0, 1]
+    s = rng.exponential(1 / np.where(y == 1, TRUE_EXP["rate1"], TRUE_EXP["rate0"]))
+    w = rng.uniform(0.5, 2.0, n)
+    return s, y, w
 
 
 @pytest.fixture(scope="module")
 def exp_small():
-    """40 weighted points with close rates, so the truncation rate1 < rate0 matters."""
-    rng = np.random.default_rng(5)
-    y = np.r_[np.ones(12), np.zeros(28)]
-    s = rng.exponential(1 / np.where(y == 1, 0.8, 1.0))
-    w = rng.uniform(0.5, 2.0, y.size)
+    """The first 40 of 1500 points (weighted); the other 1460 get weight 0."""
+    s, y, w = simulate_exponential(N_EXP, EXP_SEED)
+    w_small = np.where(np.arange(N_EXP) < N_EXP_SMALL, w, 0.0)
     post = ExponentialScoreModel().fit_bayes(
-        *_padded(s, y, w, N_EXP)[:2],
-        sample_weight=_padded(s, y, w, N_EXP)[2],
-        key=jax.random.key(0),
-        **NUTS_KW,
+        s, y, sample_weight=w_small, key=jax.random.key(0), **NUTS_KW
     )
-    return s, y, w, post
+    return s[:N_EXP_SMALL], y[:N_EXP_SMALL], w[:N_EXP_SMALL], post
+
+
+@pytest.fixture(scope="module")
+def exp_large():
+    """All 1500 points of the same simulation, unweighted."""
+    s, y, _ = simulate_exponential(N_EXP, EXP_SEED)
+    post = ExponentialScoreModel().fit_bayes(s, y, key=jax.random.key(1), **NUTS_KW)
+    return s, y, post
 
 
 def test_pi1_posterior_is_the_beta_closed_form(exp_small):
@@ -307,13 +313,13 @@ def test_truncated_rate_posterior_equals_2d_quadrature(exp_small):
     def loglik(lr, mask):
         return np.sum(w[mask]) * lr - np.exp(lr) * np.sum((w * s)[mask])
 
-    logp = (
+    logp_untruncated = (
         ss.norm.logpdf(L0, 0, sm.rate_scale)
         + ss.norm.logpdf(L1, 0, sm.rate_scale)
         + loglik(L0, y == 0)
         + loglik(L1, y == 1)
     )
-    logp = np.where(L1 < L0, logp, -np.inf)
+    logp = np.where(L1 < L0, logp_untruncated, -np.inf)
     prob = np.exp(logp - logp.max())
     prob /= prob.sum()
     assert prob[0].sum() + prob[-1].sum() + prob[:, 0].sum() + prob[:, -1].sum() < 1e-12
@@ -325,22 +331,27 @@ def test_truncated_rate_posterior_equals_2d_quadrature(exp_small):
         d = np.asarray(post.draws[name]).ravel()
         assert abs(d.mean() - mean) < MC_MEAN_TOL * sd, name
         assert abs(d.std() / sd - 1) < MC_SD_RTOL, name
-    # the truncation matters here: the untruncated rate1 posterior is wider and higher
-    untr = ss.norm.logpdf(l, 0, sm.rate_scale) + loglik(l, y == 1)
-    pu = np.exp(untr - untr.max())
-    pu /= pu.sum()
-    assert np.sum(pu * np.exp(l)) > np.asarray(post.draws["rate1"]).mean() + 0.05
+    # the truncation matters here: untruncated, a third of the mass would be non-monotone
+    untruncated = np.exp(logp_untruncated - logp_untruncated.max())
+    assert untruncated[L1 >= L0].sum() / untruncated.sum() > 0.25
     d = post.diagnostics()
     assert d["divergences"] == 0 and d["monotone_share"] == 1.0
     assert all(d["r_hat"][k] < 1.01 for k in ("pi1", "rate0", "rate1"))
 
 
-@pytest.fixture(scope="module")
-def exp_large():
-    rng = np.random.default_rng(7)
-    y = (rng.random(N_EXP) < 0.3).astype(float)
-    s = rng.exponential(1 / np.where(y == 1, 0.4, 1.0))
-    return s, y
+def test_posterior_mean_approaches_the_point_fit(exp_small, exp_large):
+    """Same simulation, n = 40 vs n = 1500: the posterior mean map gets close to the weighted
+    MLE map (closed form) and the 90% intervals contain the true map (scipy Bayes rule)."""
+    sm = ExponentialScoreModel()
+    grid = np.linspace(0.0, 4.0, 9)
+    gaps = []
+    for s, y, w, post in (exp_small, (*exp_large[:2], None, exp_large[2])):
+        point = sm.predict(sm.fit(s, y, sample_weight=w), grid)
+        gaps.append(np.max(np.abs(np.asarray(post.predict(grid)) - np.asarray(point))))
+    assert gaps[1] < 0.01 and gaps[1] < 0.25 * gaps[0], gaps
+    truth = expit(scipy_log_odds(sm, TRUE_EXP, grid))
+    lo, hi = exp_large[2].interval(grid, level=0.9)
+    assert np.all((np.asarray(lo) <= truth) & (truth <= np.asarray(hi)))
 
 
 def _mean_sd(post, names):
@@ -348,72 +359,73 @@ def _mean_sd(post, names):
     return np.array([d[k].mean() for k in names]), np.array([d[k].std() for k in names])
 
 
-def test_nuts_svi_and_minibatch_svi_agree(exp_large):
-    s, y = exp_large
-    sm = ExponentialScoreModel()
+SVI_KW = dict(method="svi", num_steps=1500, num_samples=4000)
+
+
+def test_nuts_and_minibatch_svi_agree(exp_large):
+    """Minibatch SVI (300 of 1500 per step, likelihood scaled by n / 300) against NUTS: means
+    within 2 posterior sd, sd within 30% (unscaled, the sd would be ~sqrt(5) = 2.2x)."""
+    s, y, nuts = exp_large
     names = ("pi1", "rate0", "rate1")
-    nuts = sm.fit_bayes(s, y, key=jax.random.key(1), **NUTS_KW)
-    svi_kw = dict(method="svi", num_steps=1500, num_samples=4000)
-    svi = sm.fit_bayes(s, y, key=jax.random.key(2), **svi_kw)
-    mini = sm.fit_bayes(s, y, key=jax.random.key(3), subsample_size=300, **svi_kw)
+    mini = ExponentialScoreModel().fit_bayes(
+        s, y, key=jax.random.key(3), subsample_size=300, **SVI_KW
+    )
     m_n, sd_n = _mean_sd(nuts, names)
-    for post in (svi, mini):
-        m, sd = _mean_sd(post, names)
-        assert np.all(np.abs(m - m_n) < MEAN_SD_TOL * sd_n), (post.method, m, m_n)
-        assert np.all(np.abs(sd / sd_n - 1) < SD_RTOL), (sd, sd_n)
-        assert post.is_monotone()
-        assert post.diagnostics()["loss_change"] < 0.01
-    # and all three contain the truth
-    assert np.all(np.abs(m_n - [0.3, 1.0, 0.4]) < 4 * sd_n)
+    m, sd = _mean_sd(mini, names)
+    assert np.all(np.abs(m - m_n) < MEAN_SD_TOL * sd_n), (m, m_n)
+    assert np.all(np.abs(sd / sd_n - 1) < SD_RTOL), (sd, sd_n)
+    assert mini.is_monotone() and mini.method == "svi"
+    assert mini.diagnostics()["loss_change"] < 0.01
+    assert np.all(np.abs(m_n - [TRUE_EXP[k] for k in names]) < 4 * sd_n)
 
 
-# --- simulation from a known score model: coverage, convergence to the point fit ------------
+@pytest.mark.slow
+def test_full_batch_svi_agrees_with_nuts(exp_large):
+    s, y, nuts = exp_large
+    names = ("pi1", "rate0", "rate1")
+    svi = ExponentialScoreModel().fit_bayes(s, y, key=jax.random.key(2), guide="normal", **SVI_KW)
+    m_n, sd_n = _mean_sd(nuts, names)
+    m, sd = _mean_sd(svi, names)
+    assert np.all(np.abs(m - m_n) < MEAN_SD_TOL * sd_n), (m, m_n)
+    assert np.all(np.abs(sd / sd_n - 1) < SD_RTOL), (sd, sd_n)
+
+
+# --- simulation from a known score model: coverage; every draw monotone on random data ------
 
 TRUE_G = dict(mu0=0.0, sd0=1.0, mu1=1.5, sd1=1.1, pi1=0.3)  # monotone on any range shown
-N_G = 2000
+N_G = 100  # one compiled shape for every Gaussian run below
 G_KW = dict(num_samples=300, num_warmup=300, num_chains=2)
+COVERAGE_SEEDS = 24
 
 
 def simulate_gaussian(n, seed):
     rng = np.random.default_rng(seed)
     y = (rng.random(n) < TRUE_G["pi1"]).astype(float)
+    y[:2] = [0, 1]
     s = rng.normal(np.where(y == 1, TRUE_G["mu1"], TRUE_G["mu0"]),
                    np.where(y == 1, TRUE_G["sd1"], TRUE_G["sd0"]))  # fmt: skip
     return s, y
 
 
-def test_intervals_cover_the_true_map_and_mean_approaches_point_fit():
-    """Over seeds, the 90% intervals of P(y=1|s) cover the true map (scipy Bayes rule) at
-    >= 85% of a grid; with all 2000 points the posterior mean is closer to the point fit
-    than with 150. All runs share one compiled shape (zero weights pad the small data)."""
+def test_intervals_cover_the_true_map():
+    """Averaged over 24 simulated data sets of n = 100, the 90% intervals of P(y=1|s) cover
+    the true map (scipy Bayes rule) at >= 85% of a grid (per data set the grid points are
+    strongly correlated, hence many seeds; measured mean over 40 seeds: 0.92). All runs share
+    one compilation."""
     sm = GaussianScoreModel()
     grid = np.linspace(-1.5, 3.0, 19)
     truth = expit(scipy_log_odds(sm, TRUE_G, grid))
     assert grid_is_monotone(sm, TRUE_G, -6, 8)
-    n_small, covered, gaps = 150, [], {}
-    for seed_ in range(8):
+    covered = []
+    for seed_ in range(COVERAGE_SEEDS):
         s, y = simulate_gaussian(N_G, seed_)
-        w = np.r_[np.ones(n_small), np.zeros(N_G - n_small)]
-        s_fit = np.where(w > 0, s, s[0])
-        post = sm.fit_bayes(s_fit, y, sample_weight=w, key=jax.random.key(seed_), **G_KW)
+        post = sm.fit_bayes(s, y, key=jax.random.key(seed_), **G_KW)
+        if seed_ == 0:
+            size = _run._cache_size()
         lo, hi = post.interval(grid, level=0.9)
         covered.append(np.mean((np.asarray(lo) <= truth) & (truth <= np.asarray(hi))))
-        if seed_ < 2:
-            point = sm.predict(sm.fit(s[:n_small], y[:n_small]), grid)
-            gaps.setdefault("small", []).append(np.max(np.abs(post.predict(grid) - point)))
-            big = sm.fit_bayes(s, y, key=jax.random.key(seed_), **G_KW)
-            point = sm.predict(sm.fit(s, y), grid)
-            gaps.setdefault("big", []).append(np.max(np.abs(big.predict(grid) - point)))
-            assert big.diagnostics()["monotone_share"] == 1.0
     assert np.mean(covered) >= COVERAGE_MIN, covered
-    assert np.mean(gaps["big"]) < 0.01
-    assert np.mean(gaps["big"]) < 0.5 * np.mean(gaps["small"]), gaps
-    # one compilation for every run above
-    assert _run._cache_size() >= 1
-    before = _run._cache_size()
-    s, y = simulate_gaussian(N_G, 99)
-    sm.fit_bayes(s, y, key=jax.random.key(9), **G_KW)
-    assert _run._cache_size() == before
+    assert _run._cache_size() == size  # no recompilation after the first run
 
 
 @settings(max_examples=4, deadline=None, derandomize=True)
@@ -459,7 +471,8 @@ def test_predict_interval_ece_vs_numpy(exp_small, tmp_path):
     rng = np.random.default_rng(11)
     ts, ty = rng.exponential(1.0, 50), (rng.random(50) < 0.3).astype(float)
     ece = np.asarray(post.ece_posterior(ts, ty))
-    for i in (0, 17, 3999):
+    assert ece.shape == (d["pi1"].size,)
+    for i in (0, 17, d["pi1"].size - 1):
         p = expit(scipy_log_odds(sm, {k: v[i] for k, v in d.items()}, ts))
         b = np.minimum((p * 15).astype(int), 14)
         ref = sum(abs(np.sum(ty[b == j]) - np.sum(p[b == j])) for j in range(15)) / 50
@@ -548,8 +561,10 @@ def test_every_family_nuts_end_to_end(sm):
     post = sm.fit_bayes(s, y, key=jax.random.key(4), num_samples=300, num_warmup=300)
     d = post.diagnostics()
     grid = np.linspace(np.quantile(s, 0.05), np.quantile(s, 0.95), 9)
-    gap = np.max(np.abs(post.predict(grid) - sm.predict(sm.fit(s, y), grid)))
-    assert gap < 0.08, gap
+    mle = sm.fit(s, y)
+    gap = np.max(np.abs(post.predict(grid) - sm.predict(mle, grid)))
+    # the constraint moves the posterior away from a non-monotone MLE map (misspecified data)
+    assert gap < (0.05 if bool(sm.is_monotone(mle, s.min(), s.max())) else 0.15), gap
     if sm.monotone_parameterisation:
         assert d["monotone_share"] == 1.0 and post.monotone
         assert d["divergences"] == 0
