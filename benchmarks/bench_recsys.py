@@ -34,6 +34,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="jaxcal triples per step")
     p.add_argument("--epochs", type=int, default=None, help="passes over the positives")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per contender")
+    p.add_argument(
+        "--skip-single", action="store_true", help="only the K-model sweep and gather timings"
+    )
     return p.parse_args()
 
 
@@ -144,6 +147,32 @@ def sequential_runner(model: BPRMF, train, k: int):
     return run
 
 
+def gather_scaling(batch: int, repeats: int) -> list[tuple[float, float]]:
+    """Seconds per gather of ``batch`` random 64-float rows from tables of growing size: the
+    cost of a row gather once the embedding tables no longer fit in the cache (a K-model
+    sweep multiplies the tables' size by K)."""
+    import jax.numpy as jnp
+
+    out = []
+    rng = np.random.default_rng(0)
+    for n_rows in (4_000, 16_000, 32_000, 128_000):
+        table = jnp.asarray(rng.normal(size=(n_rows, FACTORS)), jnp.float32)
+        idx = jnp.asarray(rng.integers(0, n_rows, (50, batch)), jnp.int32)
+
+        @jax.jit
+        def gathers(table, idx):
+            return jax.lax.scan(lambda c, ix: (c + table[ix].sum(), None), 0.0, idx)[0]
+
+        jax.block_until_ready(gathers(table, idx))
+        best = np.inf
+        for _ in range(repeats + 2):
+            start = time.perf_counter()
+            jax.block_until_ready(gathers(table, idx))
+            best = min(best, time.perf_counter() - start)
+        out.append((n_rows * FACTORS * 4 / 2**20, best / 50))
+    return out
+
+
 def cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -155,26 +184,9 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.quick:
-        n_users, n_items, per_user, epochs, batch = 1000, 800, 20, 5, 1024
-    else:
-        n_users, n_items, per_user, epochs, batch = 6000, 4000, 40, 10, 4096
-    epochs = args.epochs or epochs
-    args.repeats = args.repeats or (2 if args.quick else 3)
-    batch = args.batch_size or batch
-    train, test = make_data(n_users, n_items, per_user)
+def run_single(args, train, test, epochs: int, batch: int, n_steps: int) -> None:
+    """jaxcal BPR-MF (SGD and Adam) against implicit's BPR on the same data, interleaved."""
     nnz = int(train.sum())
-    n_steps = max(1, epochs * nnz // batch)
-    print(
-        f"machine: {cpu_name()}, {os.cpu_count()} cores; jax {jax.__version__} on "
-        f"{jax.devices()[0].platform}; XLA threads: {'1' if args.threads == 1 else 'default'}"
-    )
-    print(
-        f"data: {n_users} users x {n_items} items, {nnz} training positives; "
-        f"{epochs} epochs = {epochs * nnz} triples; {FACTORS} factors"
-    )
-
     # Every contender runs `repeats` times, interleaved, and keeps its best time: on a
     # shared machine the minimum is the least disturbed measurement (as timeit does).
     contenders = {}  # name -> (run(seed) -> (seconds, scores), compile seconds)
@@ -235,6 +247,31 @@ def main(args: argparse.Namespace) -> int:
             ratio = samples[name] / best[name] / base
             print(f"ratio {name} / implicit 1 thread: {ratio:.2f}x (target >= 0.5x)")
 
+
+def main(args: argparse.Namespace) -> int:
+    if args.quick:
+        n_users, n_items, per_user, epochs, batch = 1000, 800, 20, 5, 1024
+    else:
+        n_users, n_items, per_user, epochs, batch = 6000, 4000, 40, 10, 4096
+    epochs = args.epochs or epochs
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    batch = args.batch_size or batch
+    train, test = make_data(n_users, n_items, per_user)
+    nnz = int(train.sum())
+    n_steps = max(1, epochs * nnz // batch)
+    print(
+        f"machine: {cpu_name()}, {os.cpu_count()} cores; jax {jax.__version__} on "
+        f"{jax.devices()[0].platform}; XLA threads: {'1' if args.threads == 1 else 'default'}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"data: {n_users} users x {n_items} items, {nnz} training positives; "
+        f"{epochs} epochs = {epochs * nnz} triples; {FACTORS} factors"
+    )
+
+    if not args.skip_single:
+        run_single(args, train, test, epochs, batch, n_steps)
+
     # K models: one vmapped sweep vs K sequential fits (same compiled single-model program),
     # on the large data (big batches) and on Coat-sized data (the reproduction's regime)
     k = args.k
@@ -289,6 +326,11 @@ def main(args: argparse.Namespace) -> int:
             f"{sweep_compile:.2f} | {seq_s / sweep_s:.2f}x |"
         )
     print("target: sweep >= 2x the total throughput of sequential fits")
+    print()
+    print(f"row gathers ({batch} random rows of {FACTORS} float32) against the table size:")
+    for mib, seconds in gather_scaling(batch, args.repeats):
+        print(f"  table {mib:6.1f} MiB: {seconds * 1e3:.3f} ms per gather")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 
