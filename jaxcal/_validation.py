@@ -50,9 +50,19 @@ def check_1d(x: Any, name: str, *, dtype=np.float64, allow_empty: bool = False) 
     return arr.astype(dtype, copy=False)
 
 
+def _all_finite(x: np.ndarray) -> bool:
+    """True iff every entry is finite, in one pass without temporaries: a sum of finite
+    numbers is finite unless it overflows, and NaN / inf propagate. ``False`` means
+    "maybe not" (callers then locate the bad entries exactly)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.sum(x)))
+
+
 def check_scores(scores: Any, *, name: str = "scores") -> np.ndarray:
     """Finite, non-empty 1-D float64 scores."""
     s = check_1d(scores, name)
+    if _all_finite(s):
+        return s
     bad = ~np.isfinite(s)
     if bad.any():
         kinds = []
@@ -81,10 +91,11 @@ def check_probs(probs: Any, *, name: str = "probs") -> np.ndarray:
 def check_labels(labels: Any, n: int | None = None, *, name: str = "labels") -> np.ndarray:
     """Binary labels (0/1 or bool) as float64; length ``n`` when given."""
     y = check_1d(labels, name, dtype=np.float64)
-    if np.isnan(y).any():
-        raise ValueError(f"{name} contain NaN; labels must be 0/1.")
-    if not np.isin(y, (0.0, 1.0)).all():
-        raise ValueError(f"{name} must be 0/1; got values {_describe(y[~np.isin(y, (0.0, 1.0))])}.")
+    valid = (y == 0.0) | (y == 1.0)
+    if not valid.all():
+        if np.isnan(y).any():
+            raise ValueError(f"{name} contain NaN; labels must be 0/1.")
+        raise ValueError(f"{name} must be 0/1; got values {_describe(y[~valid])}.")
     if n is not None and y.shape[0] != n:
         raise ValueError(f"length mismatch: {n} scores but {y.shape[0]} {name}.")
     return y
@@ -97,7 +108,7 @@ def check_sample_weight(sample_weight: Any, n: int, *, name: str = "sample_weigh
     w = check_scores(sample_weight, name=name)
     if w.shape[0] != n:
         raise ValueError(f"length mismatch: {n} scores but {w.shape[0]} {name}.")
-    if (w < 0).any():
+    if not w.min() >= 0:
         raise ValueError(
             f"{name} must be non-negative; got {int((w < 0).sum())} negative value(s) "
             f"(min {w.min():.6g})."
@@ -127,8 +138,10 @@ def check_propensity(propensity: Any, n: int, *, name: str = "propensity") -> np
 
 def check_two_classes(labels: np.ndarray, weights: np.ndarray, *, what: str = "labels") -> None:
     """Both classes must carry positive weight, or a calibration map is not identified."""
-    pos = float(np.sum(weights * labels))
-    neg = float(np.sum(weights * (1.0 - labels)))
+    # sums of non-negative terms (dot products: one pass, no temporaries) are > 0 iff
+    # some term is
+    pos = float(np.dot(weights, labels))
+    neg = float(np.dot(weights, 1.0 - labels))
     if pos <= 0 or neg <= 0:
         only = "1" if neg <= 0 else "0"
         raise ValueError(
@@ -163,31 +176,43 @@ def check_batch_inputs(
     y = np.asarray(labels, dtype=np.float64)
     if y.shape != s.shape:
         raise ValueError(f"shape mismatch: scores {s.shape} but labels {y.shape}.")
-    m = np.ones(s.shape, bool) if mask is None else np.asarray(mask).astype(bool)
-    if m.shape != s.shape:
+    m = None if mask is None else np.asarray(mask).astype(bool)
+    if m is not None and m.shape != s.shape:
         raise ValueError(f"shape mismatch: scores {s.shape} but mask {m.shape}.")
-    w = np.ones(s.shape) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    if w.shape != s.shape:
+    w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+    if w is not None and w.shape != s.shape:
         raise ValueError(f"shape mismatch: scores {s.shape} but sample_weight {w.shape}.")
     for name, arr in (("scores", s), ("sample_weight", w)):
-        bad = m & ~np.isfinite(arr)
+        if arr is None or _all_finite(arr):
+            continue
+        bad = ~np.isfinite(arr) if m is None else m & ~np.isfinite(arr)
         if bad.any():
             b, i = np.argwhere(bad)[0]
             raise ValueError(f"{name} contain non-finite values (first at [{b}, {i}]).")
-    if (m & ~np.isin(y, (0.0, 1.0))).any():
-        raise ValueError(f"labels must be 0/1; got values {_describe(y[m & ~np.isin(y, (0, 1))])}.")
-    if (m & (w < 0)).any():
-        raise ValueError("sample_weight must be non-negative.")
-    w = np.where(m, w, 0.0)
-    pos = (w * np.where(m, y, 0.0)).sum(1)
-    neg = (w * np.where(m, 1.0 - y, 0.0)).sum(1)
+    valid = (y == 0.0) | (y == 1.0)
+    if m is not None:
+        valid |= ~m
+    if not valid.all():
+        raise ValueError(f"labels must be 0/1; got values {_describe(y[~valid])}.")
+    if w is not None and not np.min(w) >= 0:  # NaN (masked) or negative entries: look closer
+        neg = w < 0 if m is None else m & (w < 0)
+        if neg.any():
+            raise ValueError("sample_weight must be non-negative.")
+    if m is None:
+        w = np.ones(s.shape) if w is None else w
+        m = np.ones(s.shape, bool)
+    else:
+        w = m.astype(np.float64) if w is None else np.where(m, w, 0.0)
+        s, y = np.where(m, s, 0.0), np.where(m, y, 0.0)
+    pos = np.einsum("ij,ij->i", w, y)
+    neg = np.einsum("ij,ij->i", w, 1.0 - y)
     one = np.flatnonzero((pos <= 0) | (neg <= 0))
     if one.size:
         raise ValueError(
             f"{one.size} problem(s) contain only one class among unmasked entries "
             f"(first: row {int(one[0])}); calibration needs both positives and negatives."
         )
-    return np.where(m, s, 0.0), np.where(m, y, 0.0), w, m
+    return s, y, w, m
 
 
 def check_groups(group: Any, n: int, *, name: str = "group") -> np.ndarray:

@@ -61,7 +61,12 @@ from jax.typing import ArrayLike
 import jaxcal.debias.losses  # noqa: F401
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._serialization import register_serializable
-from jaxcal._validation import check_batch_inputs, check_groups, check_propensity
+from jaxcal._validation import (
+    check_batch_inputs,
+    check_fit_inputs,
+    check_groups,
+    check_propensity,
+)
 from jaxcal.calibrators._base import FitData, FittedCalibrator, maybe_check_scores, prepare_fit
 from jaxcal.calibrators._solver import (
     SolverStatus,
@@ -171,14 +176,38 @@ class LinearLogitFamily:
         """Eager family-specific checks of the training scores (raise ``ValueError``)."""
         pos = scores[weights > 0]
         if pos.size and pos.min() == pos.max():
-            raise ValueError(
-                f"all training scores are equal ({pos.min():.6g}); a calibration map of the "
-                "score needs at least two distinct scores."
-            )
+            raise ValueError(_equal_scores_message(pos.min()))
+
+    def check_scores_batch(self, scores: np.ndarray, weights: np.ndarray) -> None:
+        """:meth:`check_scores` for each row of ``[B, n]`` arrays; the error names the row.
+
+        Vectorised over rows for the default check; families that override
+        :meth:`check_scores` are checked row by row.
+        """
+        if type(self).check_scores is LinearLogitFamily.check_scores:
+            pos = weights > 0
+            lo = np.where(pos, scores, np.inf).min(axis=1)
+            hi = np.where(pos, scores, -np.inf).max(axis=1)
+            equal = np.flatnonzero(pos.any(axis=1) & (lo == hi))
+            if equal.size:
+                raise ValueError(f"problem {equal[0]}: {_equal_scores_message(lo[equal[0]])}")
+            return
+        for b in range(scores.shape[0]):
+            try:
+                self.check_scores(scores[b], weights[b])
+            except ValueError as exc:
+                raise ValueError(f"problem {b}: {exc}") from None
 
     def generative(self, scores, targets, weights, ctx):  # pragma: no cover - interface
         """Generative fit ``-> (theta, n_iter, converged)``; families that have one override."""
         raise ValueError(f"{type(self).__name__} has no generative fit.")
+
+
+def _equal_scores_message(value) -> str:
+    return (
+        f"all training scores are equal ({value:.6g}); a calibration map of the score needs "
+        "at least two distinct scores."
+    )
 
 
 def _prepared(family: LinearLogitFamily, scores, weights):
@@ -479,7 +508,8 @@ class LinearCalibratorEstimator:
 
     def _run(self, fn, s, t, w):
         dtype = jnp.asarray(0.0).dtype  # float64 iff x64 is enabled
-        args = [jnp.asarray(a, dtype) for a in (s, t, w)]
+        # device_put: one copy at most (none for aligned NumPy buffers), unlike jnp.asarray
+        args = [jax.device_put(np.asarray(a, dtype)) for a in (s, t, w)]
         return fn(
             self.family,
             *args,
@@ -516,9 +546,14 @@ class LinearCalibratorEstimator:
             ValueError: on invalid inputs or hyperparameters.
         """
         self._check_hyper()
-        data: FitData = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
+        if loss == "naive" and propensity is None:
+            # prepare_fit without the loss weighting (naive: t = Y, w = v; the same checks)
+            s, y, v = check_fit_inputs(scores, labels, sample_weight)
+            data = FitData(s, y, y, v)
+        else:
+            data: FitData = prepare_fit(
+                scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+            )
         self.family.check_scores(data.scores, data.weights)
         self._check_targets(data.targets, data.weights)
         theta, ctx, status = self._run(fit_linear, data.scores, data.targets, data.weights)
@@ -564,18 +599,17 @@ class LinearCalibratorEstimator:
                 raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
             check_propensity(omega[m], int(m.sum()))
             omega = np.where(m, omega, 1.0)
-        tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
-        t, w = tw(
-            jnp.asarray(y),
-            propensity=None if omega is None else jnp.asarray(omega),
-            sample_weight=jnp.asarray(v),
-        )
-        t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
-        for b in range(s.shape[0]):
-            try:
-                self.family.check_scores(s[b], w[b])
-            except ValueError as exc:
-                raise ValueError(f"problem {b}: {exc}") from None
+        if loss == "naive":  # t = Y, w = v (jaxcal.debias.losses), without a device round trip
+            t, w = y, v
+        else:
+            tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
+            t, w = tw(
+                jnp.asarray(y),
+                propensity=None if omega is None else jnp.asarray(omega),
+                sample_weight=jnp.asarray(v),
+            )
+            t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
+        self.family.check_scores_batch(s, w)
         self._check_targets(t, w)
         theta, ctx, status = self._run(fit_linear_batch, s, t, w)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")

@@ -149,9 +149,9 @@ class _Problem(NamedTuple):
     and ``w`` once and the work of a block stays in cache.
     """
 
-    rows: jax.Array  # [nb, b, ...] raw per-row data; phi(rows[i]) -> [b, p] features
-    t: jax.Array  # [nb, b] targets (padding rows: 0)
-    w: jax.Array  # [nb, b] weights (padding rows: 0)
+    rows: jax.Array  # [n, ...] raw per-row data; phi(rows[i:j]) -> [j - i, p] features
+    t: jax.Array  # [n] targets
+    w: jax.Array  # [n] weights
     centre: jax.Array  # [p] standardised feature = (phi - centre) * inv_scale
     inv_scale: jax.Array  # [p]
     W: jax.Array  # total weight
@@ -189,15 +189,6 @@ def _blocking(n: int) -> tuple[int, int]:
     return nb, -(-n // nb)
 
 
-def _in_blocks(x, nb: int, b: int, fill=None):
-    """``[n, ...] -> [nb, b, ...]``, padding with ``fill`` (default: copies of row 0)."""
-    pad = nb * b - x.shape[0]
-    if pad:
-        tail = jnp.broadcast_to(x[:1] if fill is None else fill, (pad,) + x.shape[1:])
-        x = jnp.concatenate([x, tail.astype(x.dtype)])
-    return x.reshape((nb, b) + x.shape[1:])
-
-
 def _identity(x, aux):
     return x
 
@@ -208,7 +199,8 @@ def _phi(features, aux):
 
 
 def _standardisation(F, w, intercept):
-    """Weighted centre (slopes only, into the intercept) and scale of the feature columns."""
+    """Weighted centre (slopes only, into the intercept) and scale of the feature columns,
+    and whether they are usable (else the caller standardises on other rows)."""
     p = F.shape[-1]
     W = jnp.sum(w)
     slope = np.ones(p, bool)
@@ -221,8 +213,11 @@ def _standardisation(F, w, intercept):
     else:
         centre = jnp.zeros(p, F.dtype)
         sd = jnp.sqrt(w @ F**2 / W)
-    sd = jnp.where(slope & (sd > 0), sd, 1.0)
-    return slope, centre, sd
+    # usable: positive weight, and every slope column spreads beyond rounding of its centre
+    spread = sd > jnp.sqrt(jnp.finfo(F.dtype).eps) * jnp.abs(centre)
+    usable = (W > 0) & jnp.all(~slope | spread)
+    sd = jnp.where(slope & (sd > 0), sd, 1.0)  # NaN (no weight) -> 1 as well
+    return slope, centre, sd, usable
 
 
 def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
@@ -234,14 +229,20 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
     """
     dtype = t.dtype
     W = jnp.sum(w)
+    slope, centre, sd, usable = _standardisation(phi(rows[::stride]), w[::stride], intercept)
     if stride > 1:
         rs, ts, ws = rows[::stride], t[::stride], w[::stride]
         Ws = jnp.sum(ws)
         ws = ws * jnp.where(Ws > 0, W / Ws, 0.0)
-        stats_w = jnp.where(Ws > 0, ws, 1.0)  # a sketch without weight: plain moments
+        # A sketch without weight, or whose rows do not spread (e.g. all masked), gives no
+        # usable scale: then standardise on the full data (one more pass, rare).
+        centre, sd = jax.lax.cond(
+            usable,
+            lambda: (centre, sd),
+            lambda: _standardisation(phi(rows), w, intercept)[1:3],
+        )
     else:
-        rs, ts, ws, stats_w = rows, t, w, w
-    slope, centre, sd = _standardisation(phi(rs), stats_w, intercept)
+        rs, ts, ws = rows, t, w
     p = centre.shape[0]
     A = jnp.diag(1.0 / sd)
     if intercept is not None:
@@ -253,10 +254,7 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
 
     def problem(r, t, w):
-        nb, b = _blocking(r.shape[0])
-        zero = jnp.zeros((), dtype)
-        blocks = (_in_blocks(r, nb, b), _in_blocks(t, nb, b, zero), _in_blocks(w, nb, b, zero))
-        return _Problem(*blocks, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, eta0)
+        return _Problem(r, t, w, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, eta0)
 
     return problem(rows, t, w), (problem(rs, ts, ws) if stride > 1 else None)
 
@@ -283,16 +281,23 @@ def _value_grad_hess(prob: _Problem, phi, eta):
         h = (Xt[j] * Xt[k]) @ (w * mu * (1.0 - mu))
         return f, g, h
 
-    if prob.t.shape[0] == 1:
-        f, g, h = block(prob.rows[0], prob.t[0], prob.w[0])
+    n = prob.t.shape[0]
+    nb, b = _blocking(n)
+    if nb == 1:
+        f, g, h = block(prob.rows, prob.t, prob.w)
     else:
 
-        def body(acc, xs):
-            return jax.tree.map(jnp.add, acc, block(*xs)), None
+        def body(i, acc):
+            # block i is rows [i b, (i + 1) b); the last one is shifted back to end at n
+            # and the rows it shares with block i - 1 get weight 0 (no padded copies)
+            start = jnp.minimum(i * b, n - b)
+            x, t, w = (jax.lax.dynamic_slice_in_dim(a, start, b) for a in prob[:3])
+            w = jnp.where(jnp.arange(b) + start >= i * b, w, 0.0)
+            return jax.tree.map(jnp.add, acc, block(x, t, w))
 
         zero = jnp.zeros((), eta.dtype)
         init = (zero, jnp.zeros(p, eta.dtype), jnp.zeros(j.size, eta.dtype))
-        (f, g, h), _ = jax.lax.scan(body, init, (prob.rows, prob.t, prob.w))
+        f, g, h = jax.lax.fori_loop(0, nb, body, init)
     H = jnp.zeros((p, p), eta.dtype).at[j, k].set(h).at[k, j].set(h)
     return f + 0.5 * eta @ prob.Q @ eta, g + prob.Q @ eta, H + prob.Q
 
