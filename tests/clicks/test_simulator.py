@@ -49,10 +49,20 @@ def test_deduplicate_equals_counter():
     assert dedup.deduplicate().n_sessions == dedup.n_sessions
 
 
-def test_serp_variants_are_fixed_and_follow_their_probabilities():
-    k, n_q, S = 3, 2, 8000
-    params = example_params("DBN", n_queries=n_q)
-    log = simulate("DBN", params, S, key=jax.random.key(3), serp_variants=k)
+K_VARIANTS, N_QUERIES, N_SESSIONS = 3, 2, 8000
+
+
+@pytest.fixture(scope="module", params=["DBN", "UBM"])
+def variant_log(request):
+    name = request.param
+    params = example_params(name, n_queries=N_QUERIES)
+    log = simulate(name, params, N_SESSIONS, key=jax.random.key(3), serp_variants=K_VARIANTS)
+    return name, params, log
+
+
+def test_serp_variants_are_fixed_and_follow_their_probabilities(variant_log):
+    _, _, log = variant_log
+    k, n_q, S = K_VARIANTS, N_QUERIES, N_SESSIONS
     probs = 2.0 ** -np.arange(k)
     probs /= probs.sum()
     for q in range(n_q):
@@ -67,14 +77,12 @@ def test_serp_variants_are_fixed_and_follow_their_probabilities():
     assert log.deduplicate().n_sessions < S / 4  # realistic logs repeat
 
 
-@pytest.mark.parametrize("name", ["DBN", "UBM"])
-def test_clicks_on_a_fixed_serp_follow_the_model(name):
+def test_clicks_on_a_fixed_serp_follow_the_model(variant_log):
     """Observed CTR per rank on each query's most common SERP equals the true model's exact
     marginal P(C_r = 1) within binomial error."""
-    params = example_params(name, n_queries=2)
-    log = simulate(name, params, 8000, key=jax.random.key(4), serp_variants=2)
+    name, params, log = variant_log
     truth = from_params(name, params)
-    for q in range(2):
+    for q in range(N_QUERIES):
         at_q = log[log.query == q]
         top = Counter(map(tuple, at_q.doc.tolist())).most_common(1)[0][0]
         rows = at_q[np.all(at_q.doc == np.array(top), axis=1)]
@@ -87,4 +95,5 @@ def test_clicks_on_a_fixed_serp_follow_the_model(name):
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_bad_serp_variants_raise(bad):
     with pytest.raises(ValueError, match="serp_variants"):
-        simulate("PBM", example_params("PBM"), 10, key=jax.random.key(0), serp_variants=bad)
+        params = {"alpha": np.full((1, 10), 0.5), "gamma": np.full(10, 0.5)}
+        simulate("PBM", params, 10, key=jax.random.key(0), serp_variants=bad)
