@@ -30,7 +30,8 @@ Method (exact for this convex problem):
    already computed) or the step is halved. The loop (a ``lax.while_loop``) stops when half
    the squared Newton decrement falls below ``tol * sum(w)`` or after ``max_iter`` steps.
 3. **Data passes.** The features are never stored: a pass reads the raw rows (the scores)
-   in cache-sized blocks (a ``fori_loop`` of dynamic slices, at most 16,384 rows each) and
+   in cache-sized blocks (a ``fori_loop`` of dynamic slices of at most 4,096 rows; one
+   block up to 16,384 rows) and
    recomputes the standardised features inside the block, where ``softplus`` and
    ``sigmoid`` share one ``exp`` and the Hessian entries are one matrix-vector product
    with the products :math:`x_j x_k`.
@@ -101,8 +102,11 @@ STATUS_MESSAGES = {
 _DIVERGENCE_BOUND = 1e8
 _ARMIJO_C = 1e-4
 _MAX_HALVINGS = 40
-# rows per block of a data pass (its working set stays in cache)
-_BLOCK_ROWS = 16384
+# Data passes: problems of up to _SINGLE_BLOCK_ROWS rows are one block (XLA then hoists
+# the feature computation out of the Newton loop); larger ones run in blocks of at most
+# _BLOCK_ROWS rows, whose working set (features, their products) stays in L2 cache.
+_SINGLE_BLOCK_ROWS = 16384
+_BLOCK_ROWS = 4096
 # smallest sketch stride worth a sketch (below it: n < 4096, solve directly)
 _SKETCH_MIN_STRIDE = 4
 # Newton steps allowed on the full data from the sketch's optimum before falling back
@@ -198,7 +202,9 @@ def sketch_stride(n: int) -> int:
 
 def _blocking(n: int) -> tuple[int, int]:
     """``(number of blocks, rows per block)`` covering ``n`` rows in near-equal blocks."""
-    nb = max(1, -(-n // _BLOCK_ROWS))
+    if n <= _SINGLE_BLOCK_ROWS:
+        return 1, n
+    nb = -(-n // _BLOCK_ROWS)
     return nb, -(-n // nb)
 
 

@@ -283,8 +283,10 @@ def test_estimator_fit_batch_takes_the_sketch_path():
 def test_blocked_pass_equals_numpy(monkeypatch):
     """Several blocks with a shifted, partly masked last block: objective, gradient and
     Hessian equal direct NumPy sums."""
+    n = 2500
+    assert _solver._blocking(n) == (1, n)
+    monkeypatch.setattr(_solver, "_SINGLE_BLOCK_ROWS", 1000)
     monkeypatch.setattr(_solver, "_BLOCK_ROWS", 700)
-    n = 2500  # 4 blocks of 625 rows
     assert _solver._blocking(n) == (4, 625)
     monkeypatch.setattr(_solver, "_BLOCK_ROWS", 1000)
     assert _solver._blocking(n) == (3, 834)  # last block starts at 1666, not 1668
@@ -324,6 +326,7 @@ def test_blocked_pass_equals_numpy(monkeypatch):
 
 def test_blocked_solve_equals_scipy(monkeypatch):
     """A solve whose every data pass runs in several blocks (last one shifted)."""
+    monkeypatch.setattr(_solver, "_SINGLE_BLOCK_ROWS", 1000)
     monkeypatch.setattr(_solver, "_BLOCK_ROWS", 1000)
     n = 2500
     s, y, w = make_data("hump", seed=10, n=n)
