@@ -303,6 +303,8 @@ class ScoreModelPosterior:
         return self.score_model.params_from_draws(self.draws)
 
     def _scores(self, scores: ArrayLike) -> jax.Array:
+        if isinstance(scores, jax.core.Tracer):  # inside jit: checked by the caller
+            return jnp.asarray(scores, self.draws["pi1"].dtype)
         arr = np.asarray(scores, np.float64)
         if not np.isfinite(arr).all():
             raise ValueError("scores contain non-finite values (NaN or inf).")

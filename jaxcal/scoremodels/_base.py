@@ -91,7 +91,10 @@ class ScoreModel:
 
     Subclasses (frozen dataclasses holding the prior hyperparameters) implement
     ``model`` (NumPyro), ``fit_weighted(scores, w1, w0) -> params`` (pure, jit/vmap-able),
-    ``log_odds(params, scores)`` and ``is_monotone(params, lo, hi)``.
+    ``log_odds(params, scores)`` and ``is_monotone(params, lo, hi)``; for :meth:`fit_bayes`
+    also ``bayes_prior(pi1, *, lo, hi, monotone) -> params`` (NumPyro sample statements,
+    monotone by parameterisation where the family allows it) and
+    ``class_log_density(params, scores, labels) -> [n]``.
     """
 
     support: str = "real"  # "real" or "positive" (scores must be > 0) or "nonnegative"

@@ -488,6 +488,8 @@ def test_predict_interval_ece_vs_numpy(exp_small, tmp_path):
     np.testing.assert_array_equal(back.predict(grid), post.predict(grid))
     mean_rate = jax.jit(lambda q: jnp.mean(q.params.rate0))(back)
     np.testing.assert_allclose(mean_rate, d["rate0"].mean(), rtol=RTOL64)
+    jitted = jax.jit(lambda q, g: q.predict(g))(back, jnp.asarray(grid))
+    np.testing.assert_allclose(jitted, probs.mean(0), rtol=RTOL64)
 
 
 # --- errors -----------------------------------------------------------------------------------
