@@ -9,6 +9,7 @@ their exact dtype). ``np.load(..., allow_pickle=False)`` reads it back. Arrays t
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 from typing import Any
@@ -49,7 +50,7 @@ def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
         if _REGISTRY.get(name) is not type(obj):
             raise TypeError(f"{name} is not registered for saving (use @pytree_dataclass)")
         fields = {f.name: _encode(getattr(obj, f.name), arrays) for f in dataclasses.fields(obj)}
-        return {"object": name, "fields": fields}
+        return {"object": name, "module": type(obj).__module__, "fields": fields}
     if isinstance(obj, dict):
         if not all(isinstance(k, str) for k in obj):
             raise TypeError("only dicts with string keys can be saved")
@@ -64,12 +65,33 @@ def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
     raise TypeError(f"cannot save a value of type {type(obj).__name__}")
 
 
+def _import_class(node: dict) -> type | None:
+    """A class registers itself when its module is imported: import the jaxcal module the
+    file names (never anything outside jaxcal; files without a module name predate it and
+    make every library module load once)."""
+    module = str(node.get("module", ""))
+    if module.startswith("jaxcal."):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    elif "module" not in node:
+        import pkgutil
+
+        import jaxcal
+
+        for info in pkgutil.walk_packages(jaxcal.__path__, "jaxcal."):
+            if not any(part in info.name for part in (".cli", ".reproduce", ".plot")):
+                importlib.import_module(info.name)
+    return _REGISTRY.get(node["object"])
+
+
 def _decode(node: Any, arrays: Any) -> Any:
     if "array" in node:
         arr = arrays[node["array"]]
         return jnp.asarray(arr) if node["jax"] else np.asarray(arr)
     if "object" in node:
-        cls = _REGISTRY.get(node["object"])
+        cls = _REGISTRY.get(node["object"]) or _import_class(node)
         if cls is None:
             raise ValueError(
                 f"file holds a {node['object']!r}, which this version of jaxcal does not know"
