@@ -34,7 +34,7 @@ __all__ = [
     "safe_div",
     "posterior_ratio",
     "forward",
-    "backward",
+    "backward_rank_major",
     "marginal",
     "last_click",
     "bernoulli_loglik",
@@ -70,18 +70,19 @@ def forward(alpha, kappa, nu, clicks) -> tuple[jax.Array, jax.Array]:
     return jnp.swapaxes(p, 0, 1), jnp.swapaxes(eps, 0, 1)
 
 
-def backward(alpha, nu) -> jax.Array:
-    """``X_r`` for ``r = 1..n+1`` as an ``[S, n + 1]`` array (last column 0)."""
+def backward_rank_major(alpha, nu, clicked) -> tuple[jax.Array, jax.Array]:
+    """Backward scan on rank-major ``[n, S]`` arrays (``nu`` a scalar, ``clicked`` bool):
+    ``(X_{r+1}, any click at ranks > r)`` for ``r = 1..n``, both ``[n, S]``
+    (``X_{n+1} = 0``)."""
 
-    def step(x_next, xs):
-        a, v = xs
-        x = a + (1.0 - a) * v * x_next
-        return x, x
+    def step(carry, xs):
+        x_next, later = carry
+        a, c = xs
+        return (a + (1.0 - a) * nu * x_next, later | c), (x_next, later)
 
-    xs = tuple(jnp.swapaxes(x, 0, 1) for x in jnp.broadcast_arrays(alpha, nu))
-    _, x = jax.lax.scan(step, jnp.zeros_like(xs[0][0]), xs, reverse=True)
-    x = jnp.swapaxes(x, 0, 1)
-    return jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
+    init = (jnp.zeros_like(alpha[0]), jnp.zeros_like(clicked[0]))
+    _, out = jax.lax.scan(step, init, (alpha, clicked), reverse=True)
+    return out
 
 
 def marginal(alpha, kappa, nu) -> jax.Array:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import forward, marginal, posterior_ratio
+from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
 from jaxcal.clicks.dcm import last_click_or_end
@@ -72,13 +72,7 @@ def dbn_posteriors_rank_major(a, sigma, gamma, clicks, mask) -> dict[str, jax.Ar
     c = clicks > 0
     has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
 
-    def back(carry, xs):
-        x_next, later = carry  # X_{r+1}; any click at ranks > r
-        a_r, c_r = xs
-        return (a_r + (1.0 - a_r) * gamma * x_next, later | c_r), (x_next, later)
-
-    init = (jnp.zeros_like(a[0]), jnp.zeros_like(c[0]))
-    _, (x_next, later) = jax.lax.scan(back, init, (a, c), reverse=True)
+    x_next, later = backward_rank_major(a, gamma, c)  # X_{r+1}; any click at ranks > r
 
     def fwd(eps, xs):
         a_r, s_r, c_r, xn, above, nxt = xs
