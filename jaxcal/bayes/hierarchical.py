@@ -39,7 +39,6 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.typing import ArrayLike
-from numpyro.infer.util import constrain_fn, potential_energy
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 import jaxcal.debias.losses  # noqa: F401
@@ -50,7 +49,7 @@ from jaxcal.bayes.inference import (
     _check_key,
     _positive_int,
     family_of,
-    nuts_chains,
+    nuts_model_draws,
 )
 from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
 from jaxcal.bayes.posterior import Posterior
@@ -109,7 +108,6 @@ def _fit(family, cfg, n_groups, scores, targets, weights, rows, key):
     design = make_design(family, scores, targets, weights)
     has_c = family.intercept_index is not None
     args, kw = (design, rows, n_groups), {"has_intercept": has_c}
-    pot = functools.partial(potential_energy, hierarchical_model, args, kw)
     k = design.basis.shape[-1]
     k_init, k_run = jax.random.split(key)
     shapes = _latent_shapes(k, n_groups, has_c)
@@ -119,19 +117,18 @@ def _fit(family, cfg, n_groups, scores, targets, weights, rows, key):
         name: jax.random.uniform(kk, (num_chains, *shape), dtype, -INIT_RADIUS, INIT_RADIUS)
         for kk, (name, shape) in zip(init_keys, shapes.items(), strict=True)
     }
-    z, stats = nuts_chains(
-        pot,
+    draws, stats = nuts_model_draws(  # leaves [C, S, ...]
+        hierarchical_model,
+        args,
+        kw,
         init,
-        jax.random.split(k_run, num_chains),
+        k_run,
         num_warmup=num_warmup,
         num_samples=num_samples,
         target_accept_prob=target,
         max_tree_depth=depth,
+        deterministic=True,
     )
-    constrain = functools.partial(
-        constrain_fn, hierarchical_model, args, kw, return_deterministic=True
-    )
-    draws = jax.vmap(jax.vmap(constrain))(z)  # leaves [C, S, ...]
     beta = draws["slope"]  # [C, S, G, k]
     alpha = draws["intercept"] if has_c else jnp.zeros(beta.shape[:-1], dtype)
     one = functools.partial(theta_from_standardised, family, design=design)

@@ -44,7 +44,7 @@ from jaxcal.calibrators._base import prepare_fit
 from jaxcal.calibrators._linear import LinearLogitFamily, group_to_batch
 from jaxcal.debias.losses import check_loss, loss_targets_weights
 
-__all__ = ["fit_bayes", "fit_bayes_batch", "nuts_chains", "family_of"]
+__all__ = ["fit_bayes", "fit_bayes_batch", "nuts_chains", "nuts_model_draws", "family_of"]
 
 METHODS = ("nuts", "svi")
 GUIDES = ("mvn", "normal")
@@ -106,6 +106,57 @@ def nuts_chains(
     return jax.vmap(one)(init_params, keys)
 
 
+def nuts_model_draws(
+    model,
+    args: tuple,
+    kwargs: dict,
+    init_params,
+    key: jax.Array,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    constrain_args: tuple | None = None,
+    deterministic: bool = False,
+):
+    """:func:`nuts_chains` on a NumPyro model's potential, draws mapped to constrained space.
+
+    Args:
+        model, args, kwargs: the NumPyro model and its arguments (the potential is
+            ``potential_energy(model, args, kwargs, .)``).
+        init_params: initial unconstrained values, leaves ``[C, ...]`` (``C`` chains).
+        key: PRNG key, split into one key per chain.
+        num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass: as in
+            :func:`nuts_chains`.
+        constrain_args: model arguments for the constraining pass (default ``args``; e.g.
+            ``(None,)`` so that the data likelihood is not re-evaluated per draw).
+        deterministic: also return the model's deterministic sites.
+
+    Returns:
+        ``(draws, stats)``: dict of constrained sites (leaves ``[C, S, ...]``) and the
+        sampler statistics of :func:`nuts_chains`.
+    """
+    num_chains = jax.tree_util.tree_leaves(init_params)[0].shape[0]
+    pot = functools.partial(potential_energy, model, args, kwargs)
+    z, stats = nuts_chains(
+        pot,
+        init_params,
+        jax.random.split(key, num_chains),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth,
+        dense_mass=dense_mass,
+    )
+    c_args = args if constrain_args is None else constrain_args
+    constrain = functools.partial(
+        constrain_fn, model, c_args, kwargs, return_deterministic=deterministic
+    )
+    return jax.vmap(jax.vmap(constrain))(z), stats
+
+
 def _model_kwargs(family, prior, subsample_size=None):
     return {
         "prior": prior,
@@ -129,7 +180,6 @@ def _nuts_problem(family, cfg, scores, targets, weights, prior, key):
     num_chains, num_warmup, num_samples, target, depth, dense = cfg
     design = make_design(family, scores, targets, weights)
     kw = _model_kwargs(family, prior)
-    pot = functools.partial(potential_energy, linear_logit_model, (design,), kw)
     k = design.basis.shape[-1]
     k_init, k_run = jax.random.split(key)
     ks, kc = jax.random.split(k_init)
@@ -137,18 +187,18 @@ def _nuts_problem(family, cfg, scores, targets, weights, prior, key):
     init = {"slope": jax.random.uniform(ks, (num_chains, k), dtype, -INIT_RADIUS, INIT_RADIUS)}
     if family.intercept_index is not None:
         init["intercept"] = jax.random.uniform(kc, (num_chains,), dtype, -INIT_RADIUS, INIT_RADIUS)
-    z, stats = nuts_chains(
-        pot,
+    draws, stats = nuts_model_draws(
+        linear_logit_model,
+        (design,),
+        kw,
         init,
-        jax.random.split(k_run, num_chains),
+        k_run,
         num_warmup=num_warmup,
         num_samples=num_samples,
         target_accept_prob=target,
         max_tree_depth=depth,
         dense_mass=dense,
     )
-    constrain = functools.partial(constrain_fn, linear_logit_model, (design,), kw)
-    draws = jax.vmap(jax.vmap(constrain))(z)
     return _thetas(family, design, draws), design.context, stats
 
 

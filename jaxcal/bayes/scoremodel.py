@@ -66,7 +66,6 @@ from numpyro.handlers import seed, substitute, trace
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from numpyro.infer.initialization import init_to_median, init_to_uniform
-from numpyro.infer.util import constrain_fn, potential_energy
 
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import (
@@ -75,7 +74,7 @@ from jaxcal._validation import (
     check_sample_weight,
     check_scores,
 )
-from jaxcal.bayes.inference import INIT_RADIUS, _check_key, _config, nuts_chains
+from jaxcal.bayes.inference import INIT_RADIUS, _check_key, _config, nuts_model_draws
 from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
 from jaxcal.scoremodels._base import ScoreModel
 
@@ -158,24 +157,25 @@ def _nuts(score_model, cfg, monotone, scores, labels, weights, lo, hi, key):
     data = ScoreData(scores, labels, weights)
     kw = {"lo": lo, "hi": hi, "monotone": monotone}
     model = functools.partial(scoremodel_bayes_model, score_model)
-    pot = functools.partial(potential_energy, model, (data,), kw)
     prior_fn = functools.partial(model, None, **kw)
     k_init, k_run = jax.random.split(key)
     init = jax.vmap(functools.partial(_unconstrained_init, prior_fn))(
         jax.random.split(k_init, num_chains)
     )
-    z, stats = nuts_chains(
-        pot,
+    sites, stats = nuts_model_draws(
+        model,
+        (data,),
+        kw,
         init,
-        jax.random.split(k_run, num_chains),
+        k_run,
         num_warmup=num_warmup,
         num_samples=num_samples,
         target_accept_prob=target,
         max_tree_depth=depth,
         dense_mass=dense,
+        constrain_args=(None,),
+        deterministic=True,
     )
-    constrain = functools.partial(constrain_fn, model, (None,), kw, return_deterministic=True)
-    sites = jax.vmap(jax.vmap(constrain))(z)
     return {name: sites[name] for name in score_model.draw_names()}, stats
 
 
