@@ -27,6 +27,8 @@ Algorithm (all static shapes; runs inside ``jit`` and under ``vmap``):
    position, the end position at its first position, the start at its last), so a merge
    touches only the blocks it pools and no compaction is needed. All pairs of a level are
    merged at once (vectorised ``while_loop``); there are ``ceil(log2 n)`` levels.
+   Level 0 (pairs of single runs) is element-wise on a ``[N/2, 2]`` view (no gathers or
+   scatters), which saves about a fifth of the merge tree's time at 1e6 points.
 
 Complexity: sort ``O(n log n)``; the merge tree does ``O(n)`` work per level in the
 typical case and at most ``O(n log n)`` pooling steps overall; its sequential depth is
@@ -203,6 +205,32 @@ _UNROLLED = 6
 _CHUNK = 4
 
 
+def _violates(s1y, s1w, s2y, s2w):
+    """Pool adjacent blocks 1 | 2: mean(1) >= mean(2) (as scikit-learn pools), or either
+    block has no weight."""
+    return (s1w == 0) | (s2w == 0) | (s1y * s2w >= s2y * s1w)
+
+
+def _first_level(state):
+    """Level 0 of the merge tree, element-wise: runs ``2k`` and ``2k + 1`` pool when they
+    violate and share a group (no gathers or scatters; same result as
+    ``_merge_level(state, 0, ...)``, about a fifth of the merge tree's time otherwise)."""
+    sy, sw, grp, start, end, is_start = state
+    pair = lambda v: v.reshape(-1, 2)  # noqa: E731
+    (y0, y1), (w0, w1), (g0, g1) = (pair(v).T for v in (sy, sw, grp))
+    pool = (g0 == g1) & _violates(y0, w0, y1, w1)
+    even = pair(start)[:, 0]
+    flat = lambda a, b: jnp.stack([a, b], axis=1).reshape(-1)  # noqa: E731
+    return (
+        flat(jnp.where(pool, y0 + y1, y0), y1),
+        flat(jnp.where(pool, w0 + w1, w0), w1),
+        grp,
+        flat(even, jnp.where(pool, even, even + 1)),
+        flat(jnp.where(pool, even + 1, even), even + 1),
+        flat(jnp.ones_like(pool), ~pool),
+    )
+
+
 def _merge_level(state, level, size: int, n_slots: int):
     """Merge every adjacent pair of isotonic segments of ``2**level`` positions.
 
@@ -217,9 +245,6 @@ def _merge_level(state, level, size: int, n_slots: int):
     m = jnp.where(real, a + half, 0)
     b = jnp.where(real, a + 2 * half, 0)
 
-    def violates(s1y, s1w, s2y, s2w):  # mean(1) >= mean(2), or a zero-weight block
-        return (s1w == 0) | (s2w == 0) | (s1y * s2w >= s2y * s1w)
-
     cs, ce = m, end[m]
     csy, csw, g = sy[m], sw[m], grp[m]
 
@@ -231,10 +256,10 @@ def _merge_level(state, level, size: int, n_slots: int):
         lp = jnp.maximum(cs - 1, 0)
         ls = start[lp]
         lsy, lsw = sy[ls], sw[ls]
-        left = active & (cs - 1 >= a) & (grp[lp] == g) & violates(lsy, lsw, csy, csw)
+        left = active & (cs - 1 >= a) & (grp[lp] == g) & _violates(lsy, lsw, csy, csw)
         rp = jnp.minimum(ce + 1, size - 1)
         rsy, rsw = sy[rp], sw[rp]
-        right = active & ~left & (ce + 1 < b) & (grp[rp] == g) & violates(csy, csw, rsy, rsw)
+        right = active & ~left & (ce + 1 < b) & (grp[rp] == g) & _violates(csy, csw, rsy, rsw)
         removed = jnp.where(left, cs, jnp.where(right, rp, size))
         is_start = is_start.at[removed].set(False, mode="drop")
         cs = jnp.where(left, ls, cs)
@@ -301,7 +326,9 @@ def pav(
     # level: few compiled bodies (compile time grows slowly in n), and the top levels do not
     # pay for thousands of empty slots (~8% faster at n = 2**20 than one loop for all).
     n_levels = max(size.bit_length() - 1, 0)
-    for level in range(min(n_levels, _UNROLLED)):
+    if n_levels:
+        state = _first_level(state)
+    for level in range(1, min(n_levels, _UNROLLED)):
         state = _merge_level(state, level, size, size >> (level + 1))
     for lo in range(_UNROLLED, n_levels, _CHUNK):
         slots = size >> (lo + 1)

@@ -155,6 +155,33 @@ def test_monotone_and_tie_pooled(points, increasing):
     assert abs(np.sum(w * f) - np.sum(w * y)) <= 1e-9 * (1 + np.sum(w * np.abs(y)))
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 6), st.booleans())
+def test_elementwise_first_merge_level_equals_general_level(seed, n_groups, zero_weights):
+    """The element-wise level 0 of the merge tree equals the general (gather-based) merge
+    of that level, with groups, ties in the means and zero-weight runs."""
+    from jaxcal.calibrators._pav import _first_level, _merge_level
+
+    rng = np.random.default_rng(seed)
+    size = 64
+    sw = rng.integers(1, 4, size).astype(float)
+    if zero_weights:
+        sw[rng.uniform(size=size) < 0.2] = 0.0
+    sy = sw * rng.integers(0, 3, size) / 2  # many equal means
+    grp = np.sort(rng.integers(0, n_groups, size)).astype(np.int32)
+    pos = np.arange(size)
+    state = tuple(jnp.asarray(a) for a in (sy, sw, grp, pos, pos, np.ones(size, bool)))
+    ours = _first_level(state)
+    ref = _merge_level(state, 0, size, size // 2)
+    is_start = np.asarray(ref[5])
+    np.testing.assert_array_equal(np.asarray(ours[5]), is_start)
+    starts = np.flatnonzero(is_start)
+    for k in (0, 1, 4):  # sums and block end at block starts
+        np.testing.assert_array_equal(np.asarray(ours[k])[starts], np.asarray(ref[k])[starts])
+    ends = np.asarray(ref[4])[starts]
+    np.testing.assert_array_equal(np.asarray(ours[3])[ends], np.asarray(ref[3])[ends])
+
+
 def _auc(s, y):
     return roc_auc_score(y, s)
 
