@@ -9,6 +9,8 @@ import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+# CLI tests must not write to the user's compilation cache (or time a warm one)
+os.environ.setdefault("JAXCAL_COMPILATION_CACHE", "0")
 
 # Named tolerances (see docs/STYLE): float64 oracle comparisons, float32 paths.
 RTOL64 = 1e-10

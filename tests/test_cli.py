@@ -112,3 +112,47 @@ def importlib_has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def test_compilation_cache_location(monkeypatch, tmp_path):
+    from jaxcal.cli import compilation_cache_dir
+
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
+    assert compilation_cache_dir() is None
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", str(tmp_path / "c"))
+    assert compilation_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("JAXCAL_COMPILATION_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compilation_cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla"
+
+
+@pytest.mark.slow
+def test_cli_writes_and_reuses_the_compilation_cache(tmp_path):
+    """A CLI run stores its compiled programs in the cache directory; a second run, in a
+    new process, loads them and gives the same results."""
+    import os
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    # every program is cached (not only those compiling for > 1 s: that would depend on load)
+    env = {
+        **os.environ,
+        "JAXCAL_COMPILATION_CACHE": str(cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    argv = ["demo", "--n-users", "60", "--n-items", "80", "--calibrators",
+            "GaussianCalibration", "--no-plots", "--quiet"]  # fmt: skip
+    code = "import sys; from jaxcal.cli import main; sys.exit(main(sys.argv[1:]))"
+    results = []
+    for run in ("first", "second"):
+        out_dir = tmp_path / run
+        cmd = [sys.executable, "-c", code, *argv, "--out", str(out_dir)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        results.append((out_dir / "results.csv").read_text())
+        if run == "first":
+            entries = sorted(p.name for p in cache.iterdir())
+            assert entries, "no compiled program was cached"
+    assert results[0] == results[1]
+    assert sorted(p.name for p in cache.iterdir()) == entries  # all loaded, none recompiled
