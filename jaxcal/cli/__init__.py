@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "compilation_cache_dir", "enable_compilation_cache"]
 
 _COMMANDS = ("demo", "reproduce", "sweep")
 CACHE_ENV = "JAXCAL_COMPILATION_CACHE"
