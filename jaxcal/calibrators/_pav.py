@@ -40,6 +40,7 @@ sequential PAV (and scikit-learn's ``IsotonicRegression``) up to float rounding 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -156,27 +157,31 @@ def _lex_sort(fields: list[jax.Array], n_index_bits: int):
     perm = pos
     cls = jnp.zeros(n, jnp.int64)
     out = []
-    for field in fields:
 
-        def cond(c):
-            _, _, ncls, rem = c
-            return (rem > 0) & (ncls < n)
+    def sort_pass(c, field, identity: bool = False):
+        perm, cls, ncls, rem = c
+        width = jnp.minimum(rem, 63 - b - _bit_length(ncls - 1))
+        shift = (rem - width).astype(jnp.uint64)
+        mask = (jnp.uint64(1) << width.astype(jnp.uint64)) - jnp.uint64(1)
+        chunk = (((field if identity else field[perm]) >> shift) & mask).astype(jnp.int64)
+        key = jnp.sort((cls << (width + b)) | (chunk << b) | pos)
+        perm = (key & low) if identity else perm[key & low]
+        hi = key >> b
+        new = jnp.concatenate([jnp.zeros(1, jnp.int64), (hi[1:] != hi[:-1]).astype(jnp.int64)])
+        cls = _scan(jnp.add, new)
+        return perm, cls, cls[-1] + 1, rem - width
 
-        def body(c, field=field):
-            perm, cls, ncls, rem = c
-            width = jnp.minimum(rem, 63 - b - _bit_length(ncls - 1))
-            shift = (rem - width).astype(jnp.uint64)
-            mask = (jnp.uint64(1) << width.astype(jnp.uint64)) - jnp.uint64(1)
-            chunk = ((field[perm] >> shift) & mask).astype(jnp.int64)
-            key = jnp.sort((cls << (width + b)) | (chunk << b) | pos)
-            perm = perm[key & low]
-            hi = key >> b
-            new = jnp.concatenate([jnp.zeros(1, jnp.int64), (hi[1:] != hi[:-1]).astype(jnp.int64)])
-            cls = _scan(jnp.add, new)
-            return perm, cls, cls[-1] + 1, rem - width
+    def cond(c):
+        _, _, ncls, rem = c
+        return (rem > 0) & (ncls < n)
 
-        rem = _top(field)
-        perm, cls, _, _ = lax.while_loop(cond, body, (perm, cls, cls[-1] + 1, rem))
+    for k, field in enumerate(fields):
+        state = (perm, cls, cls[-1] + 1, _top(field))
+        if k == 0:
+            # The order is still the identity: the first pass needs no gathers (~15 ms
+            # each at 1e6 points). It is also correct when it has nothing to sort.
+            state = sort_pass(state, field, identity=True)
+        perm, cls, _, _ = lax.while_loop(cond, partial(sort_pass, field=field), state)
         out.append(cls)
     return perm, out
 
