@@ -31,7 +31,6 @@ from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy
 
-from jaxcal._validation import check_batch_inputs, check_propensity
 from jaxcal.bayes.linear import (
     Design,
     check_prior,
@@ -41,8 +40,7 @@ from jaxcal.bayes.linear import (
 )
 from jaxcal.bayes.posterior import Posterior
 from jaxcal.calibrators._base import prepare_fit
-from jaxcal.calibrators._linear import LinearLogitFamily, group_to_batch
-from jaxcal.debias.losses import check_loss, loss_targets_weights
+from jaxcal.calibrators._linear import LinearLogitFamily, prepare_fit_batch
 
 __all__ = ["fit_bayes", "fit_bayes_batch", "nuts_chains", "nuts_model_draws", "family_of"]
 
@@ -459,28 +457,15 @@ def fit_bayes_batch(
         ValueError: invalid inputs (per problem: one class only, all scores equal...).
     """
     family = family_of(calibrator)
-    check_loss(loss, propensity)
-    if group is not None:
-        if mask is not None:
-            raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")
-        _, mask, scores, labels, sample_weight, propensity = group_to_batch(
-            group, scores, labels, sample_weight, propensity
-        )
-    s, y, v, m = check_batch_inputs(scores, labels, mask=mask, sample_weight=sample_weight)
-    omega = None
-    if propensity is not None:
-        omega = np.asarray(propensity, np.float64)
-        if omega.shape != s.shape:
-            raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
-        check_propensity(omega[m], int(m.sum()))
-        omega = np.where(m, omega, 1.0)
-    tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
-    t, w = tw(
-        jnp.asarray(y),
-        propensity=None if omega is None else jnp.asarray(omega),
-        sample_weight=jnp.asarray(v),
+    s, t, w = prepare_fit_batch(
+        scores,
+        labels,
+        mask=mask,
+        group=group,
+        sample_weight=sample_weight,
+        propensity=propensity,
+        loss=loss,
     )
-    t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
     for b in range(s.shape[0]):
         try:
             family.check_scores(s[b], w[b])

@@ -86,6 +86,7 @@ __all__ = [
     "fit_linear",
     "fit_linear_batch",
     "group_to_batch",
+    "prepare_fit_batch",
 ]
 
 
@@ -467,6 +468,38 @@ def group_to_batch(group: ArrayLike, *arrays: Any):
     return (ids, mask, *out)
 
 
+def prepare_fit_batch(scores, labels, *, mask, group, sample_weight, propensity, loss):
+    """Validate ``B`` problems (``[B, n]`` with ``mask``, or 1-D with ``group`` ids) and turn
+    them into the loss-weighting targets and weights (``jaxcal.debias.losses``).
+
+    Returns ``(s, t, w)``, ``[B, n]`` float64 arrays (masked entries have weight 0).
+    """
+    check_loss(loss, propensity)
+    if group is not None:
+        if mask is not None:
+            raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")
+        _, mask, scores, labels, sample_weight, propensity = group_to_batch(
+            group, scores, labels, sample_weight, propensity
+        )
+    s, y, v, m = check_batch_inputs(scores, labels, mask=mask, sample_weight=sample_weight)
+    omega = None
+    if propensity is not None:
+        omega = np.asarray(propensity, np.float64)
+        if omega.shape != s.shape:
+            raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
+        check_propensity(omega[m], int(m.sum()))
+        omega = np.where(m, omega, 1.0)
+    if loss == "naive":  # t = Y, w = v (jaxcal.debias.losses), without a device round trip
+        return s, y, v
+    tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
+    t, w = tw(
+        jnp.asarray(y),
+        propensity=None if omega is None else jnp.asarray(omega),
+        sample_weight=jnp.asarray(v),
+    )
+    return s, np.asarray(t, np.float64), np.asarray(w, np.float64)
+
+
 class LinearCalibratorEstimator:
     """Shared ``fit`` / ``fit_batch`` of the parametric estimators (frozen dataclasses).
 
@@ -584,31 +617,15 @@ class LinearCalibratorEstimator:
             ValueError: on invalid inputs (per problem: one class only, all scores equal...).
         """
         self._check_hyper()
-        check_loss(loss, propensity)
-        if group is not None:
-            if mask is not None:
-                raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")
-            _, mask, scores, labels, sample_weight, propensity = group_to_batch(
-                group, scores, labels, sample_weight, propensity
-            )
-        s, y, v, m = check_batch_inputs(scores, labels, mask=mask, sample_weight=sample_weight)
-        omega = None
-        if propensity is not None:
-            omega = np.asarray(propensity, np.float64)
-            if omega.shape != s.shape:
-                raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
-            check_propensity(omega[m], int(m.sum()))
-            omega = np.where(m, omega, 1.0)
-        if loss == "naive":  # t = Y, w = v (jaxcal.debias.losses), without a device round trip
-            t, w = y, v
-        else:
-            tw = jax.vmap(functools.partial(loss_targets_weights, loss=loss))
-            t, w = tw(
-                jnp.asarray(y),
-                propensity=None if omega is None else jnp.asarray(omega),
-                sample_weight=jnp.asarray(v),
-            )
-            t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
+        s, t, w = prepare_fit_batch(
+            scores,
+            labels,
+            mask=mask,
+            group=group,
+            sample_weight=sample_weight,
+            propensity=propensity,
+            loss=loss,
+        )
         self.family.check_scores_batch(s, w)
         self._check_targets(t, w)
         theta, ctx, status = self._run(fit_linear_batch, s, t, w)
