@@ -466,11 +466,7 @@ def fit_bayes_batch(
         propensity=propensity,
         loss=loss,
     )
-    for b in range(s.shape[0]):
-        try:
-            family.check_scores(s[b], w[b])
-        except ValueError as exc:
-            raise ValueError(f"problem {b}: {exc}") from None
+    family.check_scores_batch(s, w)
     cfg = _config(
         method, s.shape[1], num_samples=num_samples, num_warmup=num_warmup,
         num_chains=num_chains, target_accept_prob=target_accept_prob,

@@ -51,6 +51,8 @@ def prepare_fit(
     """Validate a single calibration problem and apply the loss weighting (eagerly)."""
     s, y, v = check_fit_inputs(scores, labels, sample_weight)
     check_loss(loss, propensity)
+    if loss == "naive" and propensity is None:  # t = Y, w = v, without a device round trip
+        return FitData(s, y, y, v)
     omega = None if propensity is None else check_propensity(propensity, s.shape[0])
     t, w = loss_targets_weights(y, propensity=omega, sample_weight=v, loss=loss)
     t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)

@@ -63,7 +63,6 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import (
     check_batch_inputs,
-    check_fit_inputs,
     check_groups,
     check_propensity,
 )
@@ -579,14 +578,9 @@ class LinearCalibratorEstimator:
             ValueError: on invalid inputs or hyperparameters.
         """
         self._check_hyper()
-        if loss == "naive" and propensity is None:
-            # prepare_fit without the loss weighting (naive: t = Y, w = v; the same checks)
-            s, y, v = check_fit_inputs(scores, labels, sample_weight)
-            data = FitData(s, y, y, v)
-        else:
-            data: FitData = prepare_fit(
-                scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-            )
+        data: FitData = prepare_fit(
+            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+        )
         self.family.check_scores(data.scores, data.weights)
         self._check_targets(data.targets, data.weights)
         theta, ctx, status = self._run(fit_linear, data.scores, data.targets, data.weights)
