@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
@@ -11,6 +13,28 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 # CLI tests must not write to the user's compilation cache (or time a warm one)
 os.environ.setdefault("JAXCAL_COMPILATION_CACHE", "0")
+
+# The xdist workers of one run share a throw-away persistent compilation cache, so a program
+# that both compile (metrics, isotonic, solvers reached from several test files) compiles
+# once. The controller makes the folder before the workers start and deletes it at the end;
+# only programs that take >= 0.5 s to compile are stored.
+_SHARED_CACHE = os.environ.get("JAXCAL_TEST_XLA_CACHE")
+if _SHARED_CACHE and os.environ.get("PYTEST_XDIST_WORKER"):
+    jax.config.update("jax_compilation_cache_dir", _SHARED_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        config._jaxcal_xla_cache = tempfile.mkdtemp(prefix="jaxcal-test-xla-")
+        os.environ["JAXCAL_TEST_XLA_CACHE"] = config._jaxcal_xla_cache
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_jaxcal_xla_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
 
 # Named tolerances (see docs/STYLE): float64 oracle comparisons, float32 paths.
 RTOL64 = 1e-10

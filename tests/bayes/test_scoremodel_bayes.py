@@ -563,7 +563,10 @@ def test_every_family_nuts_end_to_end(sm):
     """NUTS on data from the family: converged, every draw monotone on the range (dense scipy
     grid) where built in, and the posterior mean map close to the point fit."""
     s, y = family_data(sm, 400, 3)
-    post = sm.fit_bayes(s, y, key=jax.random.key(4), num_samples=300, num_warmup=300)
+    # the mixture's gradient is K times dearer and its trees deeper: fewer draws suffice for
+    # what is checked of it (r_hat of pi1, the posterior-mean gap)
+    m = 150 if isinstance(sm, GaussianMixtureScoreModel) else 300
+    post = sm.fit_bayes(s, y, key=jax.random.key(4), num_samples=m, num_warmup=m)
     d = post.diagnostics()
     grid = np.linspace(np.quantile(s, 0.05), np.quantile(s, 0.95), 9)
     mle = sm.fit(s, y)

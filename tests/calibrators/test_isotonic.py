@@ -171,8 +171,8 @@ def test_elementwise_first_merge_level_equals_general_level(seed, n_groups, zero
     grp = np.sort(rng.integers(0, n_groups, size)).astype(np.int32)
     pos = np.arange(size)
     state = tuple(jnp.asarray(a) for a in (sy, sw, grp, pos, pos, np.ones(size, bool)))
-    ours = _first_level(state)
-    ref = _merge_level(state, 0, size, size // 2)
+    ours = jax.jit(_first_level)(state)  # jitted: compiled once for all examples
+    ref = jax.jit(_merge_level, static_argnums=(1, 2, 3))(state, 0, size, size // 2)
     is_start = np.asarray(ref[5])
     np.testing.assert_array_equal(np.asarray(ours[5]), is_start)
     starts = np.flatnonzero(is_start)
