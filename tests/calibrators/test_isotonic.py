@@ -122,6 +122,46 @@ def test_batched_by_group_equals_loop_and_vmap():
     np.testing.assert_allclose(np.asarray(vm).ravel(), looped, atol=EXACT)
 
 
+@pytest.mark.parametrize(("tie_class", "grouped"), [(2, True), (3, False)])
+def test_sort_resolves_keys_equal_in_all_but_the_last_bits(tie_class, grouped):
+    """Scores 1 ulp apart share every bit the first packed sort pass sees (position bits take
+    the rest of the 63), so only a further pass can order them: the order must be exactly
+    np.lexsort's and the fit scikit-learn's, with classes of two and three such scores."""
+    from jaxcal.calibrators._pav import _sorted_runs
+
+    rng = np.random.default_rng(tie_class)
+    base = rng.uniform(-1e3, 1e3, 700)  # keys span ~63 bits: the low ones are left over
+    x = np.concatenate([base] + [np.nextafter(base, np.inf)] * (tie_class - 1))
+    for _ in range(tie_class - 2):  # tie_class - 1 distinct successors: 1, 2, ... ulp
+        x[-700:] = np.nextafter(x[-700:], np.inf)
+    twins = rng.uniform(-1e3, 1e3, 50)
+    x = np.concatenate([x, twins, twins])  # exact ties (classes of two) too
+    perm = rng.permutation(x.size)
+    x = x[perm]
+    y = rng.uniform(size=x.size)
+    w = rng.uniform(0.5, 2.0, x.size)
+    group = rng.integers(0, 3, x.size) if grouped else None
+    order, run, _ = jax.jit(_sorted_runs)(
+        jnp.asarray(x), None if group is None else jnp.asarray(group)
+    )
+    keys = (x,) if group is None else (x, group)
+    ref = np.lexsort(keys)
+    np.testing.assert_array_equal(x[np.asarray(order)], x[ref])
+    if group is not None:
+        np.testing.assert_array_equal(group[np.asarray(order)], group[ref])
+    pairs = zip(x, group if grouped else 0 * x, strict=True)
+    assert int(run[-1]) + 1 == len(set(pairs))  # runs = distinct (score, group) pairs
+    ours = np.asarray(isotonic_regression(x, y, sample_weight=w, group=group))
+    if group is None:
+        ref_fit = IsotonicRegression().fit(x, y, sample_weight=w).predict(x)
+    else:
+        ref_fit = np.empty_like(x)
+        for g in range(3):
+            m = group == g
+            ref_fit[m] = IsotonicRegression().fit(x[m], y[m], sample_weight=w[m]).predict(x[m])
+    np.testing.assert_allclose(ours, ref_fit, atol=EXACT)
+
+
 def test_jit_path_and_no_recompile():
     rng = np.random.default_rng(5)
     f = jax.jit(lambda a, b: isotonic_regression(a, b, y_min=0.0, y_max=1.0))
