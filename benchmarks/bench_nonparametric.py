@@ -3,6 +3,7 @@
     python benchmarks/bench_nonparametric.py            # full sizes (issue 3 targets)
     python benchmarks/bench_nonparametric.py --quick    # small sizes, a smoke run
     python benchmarks/bench_nonparametric.py --isotonic-only   # only rows 1 and 2
+    python benchmarks/bench_nonparametric.py --enir-only  # row 4 and the ENIR scaling table
 
 Measured (after compilation; the first call's time is reported as compile + run):
 
@@ -11,7 +12,10 @@ Measured (after compilation; the first call's time is reported as compile + run)
 2. 1,000 groups x 1,000 points: one grouped ``isotonic_regression`` call vs a Python loop of
    scikit-learn fits (target >= 10x);
 3. ``jaxcal.BBQ`` at n = 1e5 vs ``netcal.binning.BBQ`` (target >= 20x);
-4. ``jaxcal.ENIR`` at n = 1e4 vs ``netcal.binning.ENIR`` (target >= 20x).
+4. ``jaxcal.ENIR`` at n = 1e4 vs ``netcal.binning.ENIR`` (target >= 20x);
+5. ENIR scaling (issue 3: O(n log n), not quadratic): fit time at n = 1e4, 1e5, 1e6 for
+   0/1 labels and for IPS targets, with the number of path models and how many of them the
+   BIC bound left to score exactly, and time / (n log2 n).
 
 netcal (1.4.0) is installed with ``pip install --no-deps netcal`` for this benchmark only: it
 imports torch at module level, which we do not install. Its BBQ and ENIR are NumPy code;
@@ -146,6 +150,9 @@ def main() -> None:
     ap.add_argument(
         "--isotonic-only", action="store_true", help="only the isotonic rows (1. and 2.)"
     )
+    ap.add_argument(
+        "--enir-only", action="store_true", help="only ENIR vs netcal (4.) and scaling (5.)"
+    )
     args = ap.parse_args()
 
     import jax
@@ -161,9 +168,13 @@ def main() -> None:
     except Exception:  # pragma: no cover - not Linux
         model = platform.processor()
     print(f"machine: {model}; jax {jax.__version__} on {jax.devices()[0].platform}; float64")
-    if not args.isotonic_only:
+    if not (args.isotonic_only or args.enir_only):
         variants(2_000 if args.quick else 20_000)
     if args.variants_only:
+        return
+    if args.enir_only:
+        enir_vs_netcal(2_000 if args.quick else 10_000, args.repeats)
+        enir_scaling((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
         return
 
     n_iso = 100_000 if args.quick else 1_000_000
@@ -205,7 +216,6 @@ def main() -> None:
     try:
         _install_torch_shim()
         from netcal.binning import BBQ as NetcalBBQ
-        from netcal.binning import ENIR as NetcalENIR
     except ImportError as exc:
         print(f"netcal not available ({exc}); pip install --no-deps netcal")
         return
@@ -227,6 +237,18 @@ def main() -> None:
     _row(f"BBQ n={n_bbq:,} vs netcal", t_ours, t_nc, 20.0)
 
     # 4. ENIR
+    enir_vs_netcal(n_enir, r)
+
+
+def enir_vs_netcal(n_enir: int, r: int) -> None:
+    """Row 4: ``jaxcal.ENIR`` vs ``netcal.binning.ENIR`` on the same data."""
+    import jaxcal
+
+    _install_torch_shim()
+    from netcal.binning import ENIR as NetcalENIR
+
+    rng = np.random.default_rng(4)
+    q = np.linspace(0, 1, 101)
     pe = rng.uniform(size=n_enir)
     ye = (rng.uniform(size=n_enir) < pe).astype(int)
     cal, first, t_ours = _timed(lambda: _block(jaxcal.ENIR().fit(pe, ye).knots_y), r)
@@ -240,6 +262,36 @@ def main() -> None:
         f"{np.abs(pred_ours - pred_nc).max():.3g} (netcal: elbow pruning, step prediction)"
     )
     _row(f"ENIR n={n_enir:,} vs netcal", t_ours, t_nc, 20.0)
+
+
+def enir_scaling(sizes) -> None:
+    """Row 5: ENIR fit time against n (0/1 labels, and IPS targets up to 20)."""
+    import jaxcal
+
+    print(f"{'ENIR scaling':<34s} {'n':>10s} {'models':>8s} {'scored':>7s} {'fit s':>8s} "
+          f"{'us per n log2 n':>16s}")  # fmt: skip
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        p = rng.uniform(size=n)
+        z = rng.normal(size=n)
+        cases = {
+            "labels y ~ Bernoulli(s)": ((p, (rng.uniform(size=n) < p).astype(int)), {}),
+            "IPS (propensity 0.05-1)": (
+                (z, (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * z))).astype(int)),
+                {"propensity": rng.uniform(0.05, 1.0, n), "loss": "ips"},
+            ),
+        }
+        for name, (data, kw) in cases.items():
+            _block(jaxcal.ENIR().fit(*data, **kw).knots_y)  # compile this size
+            t0 = time.perf_counter()
+            cal = jaxcal.ENIR().fit(*data, **kw)
+            _block(cal.knots_y)
+            dt = time.perf_counter() - t0
+            print(
+                f"{name:<34s} {n:>10,d} {int(cal.n_models):>8,d} {int(cal.n_scored):>7,d} "
+                f"{dt:>8.3f} {dt / (n * np.log2(n)) * 1e6:>16.4f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

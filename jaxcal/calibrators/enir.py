@@ -24,13 +24,27 @@ running ``logaddexp``). Because every model is a function of the same run scores
 average is linear, the ensemble is stored as one averaged value per run; prediction is the
 linear interpolation between run scores (constant beyond the ends), clipped to [0, 1].
 
-Implementation: one ``lax.while_loop`` over merge events, groups stored in place (as in
-``jaxcal.calibrators._pav``): every event costs one vectorised ``O(R)`` pass (collision times,
-``argmin``, the model's log-likelihood and the running average), so the path costs
-``O(R)`` events of ``O(R)`` vector work after the ``O(n log n)`` sort. The path itself is
-``O(R log R)`` with a heap, but scoring each of the ``O(R)`` models needs its likelihood over
-all groups, so the total work is quadratic in the number of distinct scores (see
-docs/nonparametric.md).
+Implementation (jitted, ``O(n log n)``): after the sort, two ``lax.while_loop`` passes.
+
+1. *The path*, one merge per iteration in ``O(log R)``: the next merge is the root of a
+   tournament tree over the adjacent pairs' collision lambdas; a merge changes only the
+   merged group's slope (a neighbour's slope depends on which side of the merged group it
+   lies, and the two merging groups are equal when they merge), so three leaves change.
+   Each breakpoint is logged with a lower bound on its BIC,
+   :math:`2 \sum_g h_g + K_k \log N`, where :math:`h_g` is the smallest log-loss any fitted
+   value in :math:`[\epsilon, 1-\epsilon]` can give group :math:`g`; the sum changes by three
+   terms per merge.
+2. *The average*: the final (isotonic) model's BIC :math:`U` is computed exactly. A
+   breakpoint whose bound exceeds :math:`U + 2(40 + \log M)` (:math:`M` models) has weight
+   below :math:`e^{-40}/M` of the best model's, so all of them together move the average by
+   less than :math:`e^{-40} \approx 4 \cdot 10^{-18}` relative: below float64 resolution, so
+   the result is the full average to rounding. The logged merges are replayed (``O(1)``
+   each) and only the remaining breakpoints are scored, ``O(R)`` each.
+
+The cost is ``O(n log n + R log R + S R)`` for the ``S`` breakpoints that survive the bound
+(``n_scored``). With 0/1 labels ``S`` stays in the tens up to ``n = 1e6``, because the
+``K log N`` term grows with ``N``. With IPS targets the bound is looser (``S`` about 350 at
+``n = 1e5``, thousands at ``1e6``); see docs/nonparametric.md.
 
 Example:
     >>> import jaxcal, numpy as np
@@ -59,107 +73,349 @@ from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepa
 __all__ = ["ENIR", "FittedENIR", "near_isotonic_regression"]
 
 
-class _PathState(NamedTuple):
-    lam: jax.Array  # current lambda
-    alive: jax.Array  # [N] True at the first run of each fused group
-    value: jax.Array  # [N] fitted value of every run (its group's value)
-    lse: jax.Array  # running log-sum of the recorded models' weights
-    acc: jax.Array  # [N] running weighted average of the recorded models' run values
-    n_models: jax.Array
-    done: jax.Array
+_FANOUT = 32  # children per node of the tournament tree over pair collision times
+_LOG_W_MARGIN = 40.0  # dropped models carry < e^-40 of the best model's weight, together
 
 
-def _groups(alive):
-    """Group id (first run) of every run, and the previous / next group start of each run."""
-    n = alive.shape[0]
+def _least_log_loss(s1, s0, a, b, eps):
+    """min of -(s1 log p + s0 log(1 - p)), p = clip(beta, eps, 1 - eps), over beta between
+    ``a`` and ``b``: the loss is convex in p, so p is the best rate s1 / (s1 + s0) clamped
+    into the (clipped) interval."""
+    lo = jnp.clip(jnp.minimum(a, b), eps, 1.0 - eps)
+    hi = jnp.clip(jnp.maximum(a, b), eps, 1.0 - eps)
+    p = jnp.clip(s1 / jnp.where(s1 + s0 > 0, s1 + s0, 1.0), lo, hi)
+    return -(s1 * jnp.log(p) + s0 * jnp.log1p(-p))
+
+
+def _at(v0, lam0, slope, lam):
+    """Value at ``lam`` of a group that was ``v0`` at ``lam0`` and moves with ``slope``."""
+    return v0 + jnp.where(slope == 0, 0.0, slope * (lam - lam0))
+
+
+def _collision(va, vb, sa, sb, lam, tol):
+    """Absolute lambda at which adjacent groups a < b (values ``va, vb`` at ``lam``, slopes
+    ``sa, sb``) meet: ``lam`` if already equal (within ``tol``), ``inf`` if they never do."""
+    num, den = va - vb, sb - sa
+    t = num / jnp.where(den != 0, den, 1.0)
+    return jnp.where(jnp.abs(num) <= tol, lam, jnp.where((den != 0) & (t > 0), lam + t, jnp.inf))
+
+
+def _tolerance(y):
+    return 64 * jnp.finfo(y.dtype).eps * (1.0 + jnp.max(jnp.abs(y)))
+
+
+def _start(w, y, real, tol):
+    """Slopes of the single-run groups at ``lambda = 0`` and the runs' collision lambdas."""
+    n = y.shape[0]
     idx = jnp.arange(n)
-    gid = lax.cummax(jnp.where(alive, idx, 0))
-    starts_after = lax.cummin(jnp.where(alive, idx, n), reverse=True)
-    nxt = jnp.concatenate([starts_after[1:], jnp.full(1, n)])
-    starts_before = lax.cummax(jnp.where(alive, idx, -1))
-    prv = jnp.concatenate([jnp.full(1, -1), starts_before[:-1]])
-    return gid, nxt, prv
+    has_next = idx < jnp.sum(real) - 1
+    y_next = jnp.concatenate([y[1:], y[-1:]])
+    y_prev = jnp.concatenate([y[:1], y[:-1]])
+    up = (idx > 0) & real & (y_prev > y + tol)
+    down = has_next & (y > y_next + tol)
+    slope = (up.astype(y.dtype) - down.astype(y.dtype)) / jnp.where(real, w, 1.0)
+    slope = jnp.where(real, slope, 0.0)
+    slope_next = jnp.concatenate([slope[1:], slope[-1:]])
+    leaves = jnp.where(has_next, _collision(y, y_next, slope, slope_next, 0.0, tol), jnp.inf)
+    return slope, leaves
 
 
-def _path(w, y, s1, s0, real, lam_stop, n_eff, eps):
-    """Trace the near-isotonic path (modified PAV); see the module docstring.
+def _tree_build(leaves):
+    """Tournament tree: a list of levels ``(t, i)``, the minimum time and its leaf under each
+    node; level 0 holds the leaves, every level but the root (one node) has a length that is
+    a multiple of ``_FANOUT``."""
+    pad = lambda a, fill: jnp.concatenate(  # noqa: E731
+        [a, jnp.full(-a.shape[0] % _FANOUT, fill, a.dtype)]
+    )
+    t, i = pad(leaves, jnp.inf), pad(jnp.arange(leaves.shape[0], dtype=jnp.int32), 0)
+    levels = [(t, i)]
+    while t.shape[0] > 1:
+        tt, ii = t.reshape(-1, _FANOUT), i.reshape(-1, _FANOUT)
+        a = jnp.argmin(tt, axis=1)[:, None]
+        t = jnp.take_along_axis(tt, a, 1)[:, 0]
+        i = jnp.take_along_axis(ii, a, 1)[:, 0]
+        if t.shape[0] > 1:
+            t, i = pad(t, jnp.inf), pad(i, 0)
+        levels.append((t, i))
+    return levels
+
+
+def _tree_set(levels, idx, t_new):
+    """Set leaves ``idx`` to ``t_new`` and repair their ancestors, level by level (so that
+    paths which meet recompute the shared node from already-repaired children)."""
+    t0, i0 = levels[0]
+    out = [(t0.at[idx].set(t_new), i0)]
+    lane = jnp.arange(_FANOUT)
+    node = idx
+    for t, i in levels[1:]:
+        node = node // _FANOUT
+        kids = node[:, None] * _FANOUT + lane
+        ct, ci = out[-1]
+        rows = ct[kids]
+        a = jnp.argmin(rows, axis=1)
+        best = jnp.take_along_axis(rows, a[:, None], 1)[:, 0]
+        leaf = jnp.take_along_axis(ci[kids], a[:, None], 1)[:, 0]
+        out.append((t.at[node].set(best), i.at[node].set(leaf)))
+    return out
+
+
+class _Path(NamedTuple):
+    """Pass 1: the path. Groups are keyed by their first run; ``group`` rows hold
+    ``(W, S1, S0, v0, lam0, slope)``, ``links`` rows ``(previous, next)`` group start
+    (``-1`` / ``N`` at the ends); leaf ``g`` of ``tree`` is the collision lambda of group
+    ``g`` with the next group."""
+
+    lam: jax.Array
+    group: jax.Array  # [N, 6]
+    links: jax.Array  # [N, 2] int32, up to date but for ``relink``
+    relink: jax.Array  # (g, next): the last merge's link update, applied at the next one
+    tree: list
+    n_groups: jax.Array
+    n_events: jax.Array
+    event_int: jax.Array  # [N, 2] int32: (left group, absorbed right group) of each merge
+    event_float: jax.Array  # [N, 5]: (lambda, merged value, merged slope, S1, S0)
+    bp_lam: jax.Array  # [N] lambda of the breakpoint model recorded before event e (nan: none)
+    n_models: jax.Array
+
+
+def _path(w, y, s1, s0, real, lam_stop):
+    """Trace the near-isotonic path (modified PAV) up to ``lam_stop`` or the isotonic fit.
 
     ``w, y, s1, s0`` are run weights, run mean targets and positive / negative weights
-    (``[N]``, padding runs have ``real == False`` and weight 0). Stops at ``lam_stop``
-    (returning the fit there) or when the isotonic fit is reached.
+    (``[N]``; padding runs have ``real == False`` and are never linked in). One event (one
+    merge of two adjacent groups) per loop iteration, at ``O(log N)`` cost: the next event
+    is the root of a tournament tree over the pairs' collision lambdas, and a merge changes
+    the slope of the merged group only (the neighbours' slopes depend on which side of the
+    merged group they are, which a merge at equal values does not change), so three leaves
+    are updated. Every merge is logged (``event_*``), and so is every breakpoint model (a
+    lambda at which the configuration changes, ``lambda = 0`` excluded; merges closer than
+    a relative 1e-12 in lambda count as simultaneous) as ``bp_lam[e]``: the model after
+    merges ``0 .. e-1``.
     """
     n = w.shape[0]
-    idx = jnp.arange(n)
-    tol = 64 * jnp.finfo(y.dtype).eps * (1.0 + jnp.max(jnp.abs(y)))
-    log_n = jnp.log(n_eff)
+    idx = jnp.arange(n, dtype=jnp.int32)
+    tol = _tolerance(y)
+    slope, leaves = _start(w, y, real, tol)
+    group = jnp.stack([w, s1, s0, y, jnp.zeros_like(y), slope], axis=1)
+    has_next = idx < jnp.sum(real) - 1
+    links = jnp.stack([idx - 1, jnp.where(has_next, idx + 1, n)], axis=1).astype(jnp.int32)
+    rel = 1e-12
 
-    def seg(v, gid):
-        return jax.ops.segment_sum(v, gid, num_segments=n)
+    def cond(st: _Path):
+        return st.tree[-1][0][0] < lam_stop
 
-    def body(st: _PathState) -> _PathState:
-        gid, nxt, prv = _groups(st.alive)
-        has_n = st.alive & (nxt < n) & real[jnp.clip(nxt, 0, n - 1)]
-        has_p = st.alive & (prv >= 0)
-        W = seg(w, gid)
-        Wsafe = jnp.where(W > 0, W, 1.0)
-        b = st.value
-        bn = b[jnp.clip(nxt, 0, n - 1)]
-        bp = b[jnp.clip(prv, 0, n - 1)]
-        up = has_p & (bp > b + tol)
-        down = has_n & (b > bn + tol)
-        slope = jnp.where(st.alive, (up.astype(b.dtype) - down.astype(b.dtype)) / Wsafe, 0.0)
-        sn = slope[jnp.clip(nxt, 0, n - 1)]
-        num = b - bn
-        den = sn - slope
-        safe_den = jnp.where(den != 0, den, 1.0)
-        t = jnp.where(
-            jnp.abs(num) <= tol,
-            0.0,
-            jnp.where((den != 0) & (num / safe_den > 0), num / safe_den, jnp.inf),
+    def body(st: _Path) -> _Path:
+        t_next = st.tree[-1][0][0]
+        g = st.tree[-1][1][0]
+        links = _relink(st.links, st.relink)
+        p, h = links[g, 0], links[g, 1]
+        nn = links[h, 1]
+        has_p, has_n = p >= 0, nn < n
+        new_bp = t_next > st.lam * (1.0 + rel)
+        record = new_bp & (st.lam > 0)
+        lam = jnp.where(new_bp, t_next, st.lam)
+        rows = st.group[jnp.stack([jnp.maximum(p, 0), g, h, jnp.minimum(nn, n - 1)])]
+        vp, vg, vh, vn = (_at(r[3], r[4], r[5], lam) for r in rows)
+        wg, wh = rows[1, 0], rows[2, 0]
+        W = wg + wh
+        S1, S0 = rows[1, 1] + rows[2, 1], rows[1, 2] + rows[2, 2]
+        v = (wg * vg + wh * vh) / W
+        up = has_p & (vp > v + tol)
+        down = has_n & (v > vn + tol)
+        sl = (up.astype(v.dtype) - down.astype(v.dtype)) / W
+        t_p = jnp.where(has_p, _collision(vp, v, rows[0, 5], sl, lam, tol), jnp.inf)
+        t_g = jnp.where(has_n, _collision(v, vn, sl, rows[3, 5], lam, tol), jnp.inf)
+        group = st.group.at[g].set(jnp.stack([W, S1, S0, v, lam, sl]))
+        tree = _tree_set(
+            st.tree,
+            jnp.stack([jnp.where(has_p, p, h), g, h]),
+            jnp.stack([jnp.where(has_p, t_p, jnp.inf), t_g, jnp.asarray(jnp.inf, v.dtype)]),
         )
-        t = jnp.where(has_n, t, jnp.inf)
-        d = jnp.min(t)
-        # score the current model (a breakpoint) before moving on
-        pc = jnp.clip(b, eps, 1.0 - eps)
-        S1, S0 = seg(s1, gid), seg(s0, gid)
-        loglik = jnp.sum(jnp.where(st.alive, S1 * jnp.log(pc) + S0 * jnp.log1p(-pc), 0.0))
-        df = jnp.sum(st.alive)
-        final = jnp.isinf(d)
-        record = (d > 0) & ((st.lam > 0) | final) & jnp.isinf(lam_stop)
-        log_w = loglik - 0.5 * df * log_n
-        lse = jnp.where(record, jnp.logaddexp(st.lse, log_w), st.lse)
-        acc = jnp.where(record, st.acc * jnp.exp(st.lse - lse) + jnp.exp(log_w - lse) * b, st.acc)
-        n_models = st.n_models + record
-        # stop at lam_stop (the fit there) or at the end of the path
-        stop_here = st.lam + d >= lam_stop
-        step = jnp.where(final, 0.0, jnp.where(stop_here, lam_stop - st.lam, d))
-        moved = b + slope[gid] * step
-        join = has_n & (t <= d) & ~stop_here & ~final
-        alive = st.alive & ~(join[jnp.clip(prv, 0, n - 1)] & (prv >= 0))
-        gid2 = lax.cummax(jnp.where(alive, idx, 0))
-        W2 = seg(w, gid2)
-        merged = seg(w * moved, gid2) / jnp.where(W2 > 0, W2, 1.0)
-        value = jnp.where(join.any(), merged[gid2], moved)
-        return _PathState(
-            lam=st.lam + step,
-            alive=alive,
-            value=value,
-            lse=lse,
-            acc=acc,
-            n_models=n_models,
-            done=final | stop_here,
+        e = st.n_events
+        return _Path(
+            lam=lam,
+            group=group,
+            links=links,
+            relink=jnp.stack([g, nn]),
+            tree=tree,
+            n_groups=st.n_groups - 1,
+            n_events=e + 1,
+            event_int=st.event_int.at[e].set(jnp.stack([g, h])),
+            event_float=st.event_float.at[e].set(jnp.stack([lam, v, sl, S1, S0])),
+            bp_lam=st.bp_lam.at[e].set(jnp.where(record, st.lam, jnp.nan)),
+            n_models=st.n_models + record,
         )
 
-    init = _PathState(
+    init = _Path(
         lam=jnp.zeros((), y.dtype),
+        group=group,
+        links=links,
+        relink=jnp.array([n, n], jnp.int32),
+        tree=_tree_build(leaves),
+        n_groups=jnp.sum(real).astype(jnp.int32),
+        n_events=jnp.zeros((), jnp.int32),
+        event_int=jnp.zeros((n, 2), jnp.int32),
+        event_float=jnp.zeros((n, 5), y.dtype),
+        bp_lam=jnp.full(n, jnp.nan, y.dtype),
+        n_models=jnp.zeros((), jnp.int32),
+    )
+    path = lax.while_loop(cond, body, init)
+    return path._replace(links=_relink(path.links, path.relink))
+
+
+def _relink(links, relink):
+    """Apply a merge's link update: ``g`` now precedes ``next`` (if ``next < N``).
+
+    Deferred to the start of the following merge so that every read of ``links`` follows
+    the in-place update (reads scheduled after it would make XLA copy the whole array)."""
+    g, nxt = relink[0], relink[1]
+    n = links.shape[0]
+    return links.at[jnp.stack([g, jnp.where(nxt < n, nxt, n)]), jnp.array([1, 0])].set(
+        jnp.stack([nxt, g]), mode="drop"
+    )
+
+
+def _run_values(alive, v0, lam0, slope, lam):
+    """Fitted value of every run at ``lam`` from the per-group state (``O(N)``)."""
+    gid = lax.cummax(jnp.where(alive, jnp.arange(alive.shape[0]), 0))
+    return _at(v0[gid], lam0[gid], slope[gid], lam)
+
+
+def _path_values(path: _Path, real, lam):
+    """Fitted value of every run at ``lam`` (not before the path's last merge)."""
+    # a run starts a group iff the group before it links to it (absorbed runs keep stale
+    # links that no live group points back along)
+    prev = path.links[:, 0]
+    n = prev.shape[0]
+    alive = real & ((prev < 0) | (path.links[jnp.maximum(prev, 0), 1] == jnp.arange(n)))
+    return _run_values(alive, path.group[:, 3], path.group[:, 4], path.group[:, 5], lam)
+
+
+def _log_weight(values, s1, s0, real, n_groups, log_n, eps):
+    """``-BIC / 2`` of a model: Bernoulli log-likelihood (fit clipped) - K log(N) / 2."""
+    pc = jnp.clip(values, eps, 1.0 - eps)
+    ll = jnp.sum(jnp.where(real, s1 * jnp.log(pc) + s0 * jnp.log1p(-pc), 0.0))
+    return ll - 0.5 * n_groups * log_n
+
+
+def _breakpoint_bounds(path: _Path, y, slope0, s1, s0, real, log_n, eps):
+    """Lower bound on the BIC of the breakpoint model logged before each merge (``[N]``).
+
+    Computed after the path from its segments: a segment is a group between the merge that
+    creates it (or ``lambda = 0``) and the merge that ends it; over that span its value moves
+    linearly between two known ends, so its log-loss at any breakpoint in the span is at
+    least the least log-loss over that interval (``_least_log_loss``). Summing the segments
+    alive at each breakpoint (a difference array) and adding ``K log N`` bounds the BIC. The
+    end of each segment is the next merge of the same key, found by one sort of the
+    ``2 E`` (key, merge) pairs: ``O(R log R)`` in all.
+    """
+    n = y.shape[0]
+    n_ev = path.n_events
+    ev = jnp.arange(n, dtype=jnp.int32)
+    valid = ev < n_ev
+    g, h = path.event_int[:, 0], path.event_int[:, 1]
+    lam, v, sl, S1, S0 = (path.event_float[:, j] for j in range(5))
+    # every merge touches two keys; sort the (key, merge) pairs to find each key's next merge
+    key = jnp.concatenate([jnp.where(valid, g, n), jnp.where(valid, h, n)])
+    when = jnp.concatenate([ev, ev])
+    starts = jnp.concatenate([valid, jnp.zeros(n, bool)])  # g starts a segment, h does not
+    key, when, starts = lax.sort((key, when, starts), num_keys=2)
+    same_next = jnp.concatenate([key[1:] == key[:-1], jnp.zeros(1, bool)])
+    nxt = jnp.where(same_next, jnp.concatenate([when[1:], when[-1:]]), n_ev)
+    end_merge = jnp.full(n, n_ev, jnp.int32).at[jnp.where(starts, when, n)].set(nxt, mode="drop")
+    first = jax.ops.segment_min(when, key, num_segments=n + 1)[:n]
+    end_run = jnp.minimum(first, n_ev)
+    lam_at = jnp.concatenate([lam, jnp.zeros(1, y.dtype)]).at[n_ev].set(path.lam)
+    # segments created by merges (alive for the breakpoints before merges e+1 .. end)
+    b_lo = _at(v, lam, sl, lam)
+    b_hi = _at(v, lam, sl, lam_at[end_merge])
+    c_merge = jnp.where(valid, _least_log_loss(S1, S0, b_lo, b_hi, eps), 0.0)
+    # segments of the single runs at lambda = 0 (alive for breakpoints 0 .. end)
+    r_hi = _at(y, 0.0, slope0, lam_at[end_run])
+    c_run = jnp.where(real, _least_log_loss(s1, s0, y, r_hi, eps), 0.0)
+    diff = (
+        jnp.zeros(n + 2, y.dtype)
+        .at[0]
+        .add(jnp.sum(c_run))
+        .at[end_run + 1]
+        .add(-c_run)
+        .at[jnp.where(valid, ev + 1, n + 1)]
+        .add(c_merge)
+        .at[jnp.where(valid, end_merge + 1, n + 1)]
+        .add(-c_merge)
+    )
+    loss = jnp.cumsum(diff)[:n]
+    n_groups = jnp.sum(real) - ev
+    return 2.0 * loss + n_groups * log_n
+
+
+class _Average(NamedTuple):
+    """Pass 2: replay of the logged merges, scoring the candidate breakpoints exactly."""
+
+    e: jax.Array
+    alive: jax.Array  # [N] True at the first run of each group
+    state: jax.Array  # [N, 3] (v0, lam0, slope) per group
+    lse: jax.Array  # running log-sum of the scored models' weights
+    acc: jax.Array  # [N] running weighted average of the scored models' run values
+    n_scored: jax.Array
+
+
+def _enir_average(w, y, s1, s0, real, n_eff, eps):
+    """ENIR: the path (pass 1), then the BIC average over its breakpoint models (pass 2).
+
+    The final (isotonic) model is scored exactly after pass 1; its BIC ``U`` bounds the best
+    BIC from above. A breakpoint whose BIC lower bound exceeds ``U + 2 (40 + log M)``
+    (``M`` models) has weight below ``e^-40 / M`` of the best model's, so all such models
+    together move the average by less than ``e^-40`` (4e-18) relative: far below float64
+    resolution. Pass 2 replays the logged merges (``O(1)`` each) and scores only the other
+    breakpoints, each in ``O(N)``.
+    """
+    n = w.shape[0]
+    path = _path(w, y, s1, s0, real, jnp.asarray(jnp.inf, y.dtype))
+    log_n = jnp.log(n_eff)
+    final = _path_values(path, real, path.lam)
+    lw_final = _log_weight(final, s1, s0, real, path.n_groups, log_n, eps)
+    n_models = path.n_models + 1
+    margin = 2.0 * (_LOG_W_MARGIN + jnp.log(n_models.astype(y.dtype)))
+    slope0 = _start(w, y, real, _tolerance(y))[0]
+    bound = _breakpoint_bounds(path, y, slope0, s1, s0, real, log_n, eps)
+    slack = 1e-9 * (jnp.abs(bound) + jnp.abs(lw_final))
+    candidate = ~jnp.isnan(path.bp_lam) & (bound - slack <= -2.0 * lw_final + margin)
+    todo = jnp.nonzero(candidate, size=n, fill_value=n)[0].astype(jnp.int32)
+    n_todo = jnp.sum(candidate)
+    n_real = jnp.sum(real).astype(jnp.int32)
+
+    def replay(st: _Average) -> _Average:
+        g, h = path.event_int[st.e, 0], path.event_int[st.e, 1]
+        lam, v, sl = (path.event_float[st.e, j] for j in range(3))
+        return st._replace(
+            e=st.e + 1,
+            alive=st.alive.at[h].set(False),
+            state=st.state.at[g].set(jnp.stack([v, lam, sl])),
+        )
+
+    def score_next(st: _Average) -> _Average:
+        target = todo[st.n_scored]
+        st = lax.while_loop(lambda s: s.e < target, replay, st)
+        lam = path.bp_lam[target]
+        values = _run_values(st.alive, st.state[:, 0], st.state[:, 1], st.state[:, 2], lam)
+        lw = _log_weight(values, s1, s0, real, n_real - target, log_n, eps)
+        lse = jnp.logaddexp(st.lse, lw)
+        acc = st.acc * jnp.exp(st.lse - lse) + jnp.exp(lw - lse) * values
+        return st._replace(lse=lse, acc=acc, n_scored=st.n_scored + 1)
+
+    init = _Average(
+        e=jnp.zeros((), jnp.int32),
         alive=real,
-        value=y,
+        state=jnp.stack([y, jnp.zeros_like(y), slope0], axis=1),
         lse=jnp.full((), -jnp.inf, y.dtype),
         acc=jnp.zeros_like(y),
-        n_models=jnp.zeros((), jnp.int32),
-        done=jnp.zeros((), bool),
+        n_scored=jnp.zeros((), jnp.int32),
     )
-    return lax.while_loop(lambda st: ~st.done, body, init)
+    st = lax.while_loop(lambda s: s.n_scored < n_todo, score_next, init)
+    lse = jnp.logaddexp(st.lse, lw_final)
+    acc = st.acc * jnp.exp(st.lse - lse) + jnp.exp(lw_final - lse) * final
+    return acc, n_models, st.n_scored + 1, path.lam
 
 
 def _runs_host(scores, targets, weights):
@@ -183,17 +439,14 @@ def _runs_host(scores, targets, weights):
     )
 
 
-@jax.jit
-def _enir_core(w, y, s1, s0, real, n_eff, eps):
-    st = _path(w, y, s1, s0, real, jnp.asarray(jnp.inf, y.dtype), n_eff, eps)
-    return st.acc, st.n_models, st.lam
+_enir_core = jax.jit(_enir_average)
 
 
 @jax.jit
 def _near_isotonic_core(w, y, real, lam):
     z = jnp.zeros_like(y)
-    st = _path(w, y, z, z, real, lam, jnp.asarray(1.0, y.dtype), jnp.asarray(1e-12, y.dtype))
-    return st.value
+    path = _path(w, y, z, z, real, lam)
+    return _path_values(path, real, jnp.where(jnp.isinf(lam), path.lam, lam))
 
 
 def near_isotonic_regression(
@@ -244,12 +497,15 @@ class FittedENIR(FittedCalibrator):
     Attributes:
         knots_x: ``[R]`` distinct training scores (sorted).
         knots_y: ``[R]`` ensemble probability at each (clipped to [0, 1]).
-        n_models: number of near-isotonic models averaged.
+        n_models: number of near-isotonic models on the path (breakpoints, lambda = 0 excluded).
+        n_scored: how many of them were scored exactly; the others' BIC lower bound put
+            their total weight below e^-40 of the best model's (see ``_enir_average``).
     """
 
     knots_x: jax.Array
     knots_y: jax.Array
     n_models: jax.Array
+    n_scored: jax.Array
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Linear interpolation between the runs; constant beyond the ends."""
@@ -288,7 +544,7 @@ class ENIR:
         )
         xs, W, y, s1, s0, real = _runs_host(d.scores, d.targets, d.weights)
         dtype = jnp.result_type(float)
-        acc, n_models, _ = _enir_core(
+        acc, n_models, n_scored, _ = _enir_core(
             *(jnp.asarray(a, dtype) for a in (W, y, s1, s0)),
             jnp.asarray(real),
             jnp.asarray(float(np.sum(d.weights > 0)), dtype),
@@ -299,4 +555,5 @@ class ENIR:
             knots_x=jnp.asarray(xs, dtype),
             knots_y=jnp.clip(acc[:r], 0.0, 1.0),
             n_models=n_models,
+            n_scored=n_scored,
         )

@@ -7,12 +7,17 @@ from __future__ import annotations
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
+from jaxcal.calibrators import enir
+from jaxcal.calibrators._base import prepare_fit
 from jaxcal.calibrators.enir import FittedENIR, near_isotonic_regression
 
 KKT_TOL = 1e-9
@@ -82,12 +87,15 @@ def test_endpoints_of_path():
     )
 
 
-def _direct_enir(s, y, eps):
-    """List-based modified PAV path + BIC averaging (one group object per fused block)."""
+def _direct_models(s, y, eps, w=None):
+    """List-based modified PAV path (one group object per fused block), every breakpoint
+    model with its -BIC/2. ``y`` may be any non-negative target (IPS), ``w`` weights."""
+    w = np.ones(s.size) if w is None else w
     xs, inv = np.unique(s, return_inverse=True)
-    W = np.bincount(inv).astype(float)
-    m = np.bincount(inv, y)
-    groups = [[W[i], m[i] / W[i], m[i], W[i] - m[i], [i]] for i in range(xs.size)]
+    W = np.bincount(inv, w)
+    m = np.bincount(inv, w * y)
+    s1 = np.bincount(inv, w * np.clip(y, 0, 1))
+    groups = [[W[i], m[i] / W[i], s1[i], W[i] - s1[i], [i]] for i in range(xs.size)]
     lam, models = 0.0, []
     while True:
         vals = [g[1] for g in groups]
@@ -128,6 +136,12 @@ def _direct_enir(s, y, eps):
             else:
                 merged.append(groups[i])
         groups = merged
+    return xs, models
+
+
+def _direct_enir(s, y, eps, w=None):
+    """The BIC average over every breakpoint model (no pruning)."""
+    xs, models = _direct_models(s, y, eps, w)
     lw = np.array([mm[0] for mm in models])
     wt = np.exp(lw - lw.max())
     wt /= wt.sum()
@@ -145,6 +159,103 @@ def test_enir_matches_direct_path_average():
     np.testing.assert_allclose(np.asarray(cal.knots_y), np.clip(avg, 0, 1), atol=EXACT)
     q = rng.uniform(-0.1, 1.1, 50)
     np.testing.assert_allclose(np.asarray(cal.predict(q)), np.interp(q, xs, avg), atol=EXACT)
+
+
+def _ips_problem(n, seed):
+    """Logit scores, Bernoulli labels, IPS targets y / propensity (up to 20)."""
+    rng = np.random.default_rng(seed)
+    z = np.round(rng.normal(size=n), 2)  # ties
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * z))).astype(int)
+    prop = rng.uniform(0.05, 1.0, n)
+    d = prepare_fit(z, y, propensity=prop, loss="ips")
+    return d.scores, d.targets, d.weights, (z, y, prop)
+
+
+@pytest.mark.parametrize("kind", ["labels", "ips"])
+def test_pruned_average_equals_the_full_average(kind):
+    """At a size where most breakpoints are skipped by the BIC bound, the average still
+    equals the unpruned average over every breakpoint model (list-based path)."""
+    if kind == "labels":
+        rng = np.random.default_rng(5)
+        s = rng.uniform(size=1500)
+        y = (rng.uniform(size=1500) < s).astype(float)
+        w, cal = None, jaxcal.ENIR().fit(s, y)
+    else:
+        s, y, w, (z, labels, prop) = _ips_problem(1200, 6)
+        cal = jaxcal.ENIR().fit(z, labels, propensity=prop, loss="ips")
+    xs, avg, n_models = _direct_enir(s, y, 1e-3, w)
+    assert int(cal.n_models) == n_models
+    assert int(cal.n_scored) < n_models - 50  # the bound really skipped many of them
+    np.testing.assert_allclose(np.asarray(cal.knots_x), xs)
+    np.testing.assert_allclose(np.asarray(cal.knots_y), np.clip(avg, 0, 1), atol=EXACT)
+
+
+@jax.jit
+def _path_bounds(w, y, s1, s0, real, n):
+    path = enir._path(w, y, s1, s0, real, jnp.inf)
+    slope0 = enir._start(w, y, real, enir._tolerance(y))[0]
+    bound = enir._breakpoint_bounds(path, y, slope0, s1, s0, real, jnp.log(n), 1e-3)
+    return bound, path.bp_lam
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bic_bound_never_exceeds_the_exact_bic(seed):
+    """The per-breakpoint lower bound (least log-loss of every group over the values it
+    takes while alive, plus K log N) is at most the exact BIC of that breakpoint model
+    (every model but the final one, which is scored exactly)."""
+    if seed == 0:
+        rng = np.random.default_rng(7)
+        s = rng.uniform(size=400)
+        y, w = (rng.uniform(size=400) < s).astype(float), np.ones(400)
+    else:
+        s, y, w, _ = _ips_problem(300, seed)
+    xs, W, yr, s1, s0, real = enir._runs_host(s, y, w)
+    bound, bp_lam = _path_bounds(*(jnp.asarray(v) for v in (W, yr, s1, s0, real)), s.size)
+    bound = np.asarray(bound)[~np.isnan(np.asarray(bp_lam))]
+    _, models = _direct_models(s, y, 1e-3, w)
+    exact = np.array([-2 * mm[0] for mm in models])[:-1]  # the final model is scored exactly
+    assert bound.size == exact.size
+    assert np.all(bound <= exact * (1 + 1e-12) + 1e-9)
+
+
+_tree_set = jax.jit(enir._tree_set)
+
+
+_UPDATES = st.lists(
+    st.tuples(st.integers(0, 2999), st.floats(0, 1e3, allow_subnormal=False)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 7, 33, 1100, 3000]), _UPDATES)
+def test_tournament_tree_root_is_the_first_minimum(n, updates):
+    rng = np.random.default_rng(n)
+    leaves = rng.uniform(0, 1e3, n)
+    levels = enir._tree_build(jnp.asarray(leaves))
+    for i, t in updates:
+        i = i % n
+        leaves[i] = t
+        idx = jnp.asarray([i, i, (i + 1) % n])  # repeated leaves, as a merge may give
+        vals = jnp.asarray([t, t, leaves[(i + 1) % n]])
+        levels = _tree_set(levels, idx, vals)
+        assert float(levels[-1][0][0]) == leaves.min()
+        assert int(levels[-1][1][0]) == int(np.argmin(leaves))
+
+
+def test_path_takes_one_merge_per_iteration():
+    """The path makes exactly R - (number of isotonic blocks) merges (each an O(log R)
+    iteration), ending at the isotonic regression's blocks (scikit-learn)."""
+    rng = np.random.default_rng(8)
+    y = rng.normal(size=700)
+    w = rng.uniform(0.5, 2.0, 700)
+    real = np.ones(700, bool)
+    a = [jnp.asarray(v) for v in (w, y, np.zeros(700), np.zeros(700))] + [jnp.asarray(real)]
+    path = enir._path(*a, jnp.asarray(jnp.inf))
+    iso = IsotonicRegression().fit(np.arange(700), y, sample_weight=w).predict(np.arange(700))
+    n_blocks = 1 + int(np.sum(np.abs(np.diff(iso)) > 1e-9))
+    assert int(path.n_events) == 700 - n_blocks == 700 - int(path.n_groups)
 
 
 def test_save_load_jit(tmp_path):
