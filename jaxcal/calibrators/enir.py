@@ -532,7 +532,8 @@ class ENIR:
         propensity: ArrayLike | None = None,
         loss: str = "naive",
     ) -> FittedENIR:
-        """Trace the path, score every breakpoint by BIC and average (jitted core).
+        """Trace the path and BIC-average its breakpoint models (jitted core); models whose
+        BIC bound puts their total weight below e^-40 of the best are skipped.
 
         Raises:
             ValueError: on bad inputs or ``eps`` outside (0, 0.5).
