@@ -105,7 +105,8 @@ def _tolerance(y):
 
 
 def _start(w, y, real, tol):
-    """Slopes of the single-run groups at ``lambda = 0`` and the runs' collision lambdas."""
+    """Slopes of the single-run groups at ``lambda = 0``, the runs' collision lambdas, and
+    which runs have a next (real) run."""
     n = y.shape[0]
     idx = jnp.arange(n)
     has_next = idx < jnp.sum(real) - 1
@@ -117,7 +118,7 @@ def _start(w, y, real, tol):
     slope = jnp.where(real, slope, 0.0)
     slope_next = jnp.concatenate([slope[1:], slope[-1:]])
     leaves = jnp.where(has_next, _collision(y, y_next, slope, slope_next, 0.0, tol), jnp.inf)
-    return slope, leaves
+    return slope, leaves, has_next
 
 
 def _tree_build(leaves):
@@ -166,6 +167,7 @@ class _Path(NamedTuple):
     ``g`` with the next group."""
 
     lam: jax.Array
+    slope0: jax.Array  # [N] the single runs' slopes at lambda = 0
     group: jax.Array  # [N, 6]
     links: jax.Array  # [N, 2] int32, up to date but for ``relink``
     relink: jax.Array  # (g, next): the last merge's link update, applied at the next one
@@ -195,9 +197,8 @@ def _path(w, y, s1, s0, real, lam_stop):
     n = w.shape[0]
     idx = jnp.arange(n, dtype=jnp.int32)
     tol = _tolerance(y)
-    slope, leaves = _start(w, y, real, tol)
+    slope, leaves, has_next = _start(w, y, real, tol)
     group = jnp.stack([w, s1, s0, y, jnp.zeros_like(y), slope], axis=1)
-    has_next = idx < jnp.sum(real) - 1
     links = jnp.stack([idx - 1, jnp.where(has_next, idx + 1, n)], axis=1).astype(jnp.int32)
     rel = 1e-12
 
@@ -234,6 +235,7 @@ def _path(w, y, s1, s0, real, lam_stop):
         e = st.n_events
         return _Path(
             lam=lam,
+            slope0=st.slope0,
             group=group,
             links=links,
             relink=jnp.stack([g, nn]),
@@ -248,6 +250,7 @@ def _path(w, y, s1, s0, real, lam_stop):
 
     init = _Path(
         lam=jnp.zeros((), y.dtype),
+        slope0=slope,
         group=group,
         links=links,
         relink=jnp.array([n, n], jnp.int32),
@@ -298,7 +301,7 @@ def _log_weight(values, s1, s0, real, n_groups, log_n, eps):
     return ll - 0.5 * n_groups * log_n
 
 
-def _breakpoint_bounds(path: _Path, y, slope0, s1, s0, real, log_n, eps):
+def _breakpoint_bounds(path: _Path, y, s1, s0, real, log_n, eps):
     """Lower bound on the BIC of the breakpoint model logged before each merge (``[N]``).
 
     Computed after the path from its segments: a segment is a group between the merge that
@@ -327,11 +330,10 @@ def _breakpoint_bounds(path: _Path, y, slope0, s1, s0, real, log_n, eps):
     end_run = jnp.minimum(first, n_ev)
     lam_at = jnp.concatenate([lam, jnp.zeros(1, y.dtype)]).at[n_ev].set(path.lam)
     # segments created by merges (alive for the breakpoints before merges e+1 .. end)
-    b_lo = _at(v, lam, sl, lam)
-    b_hi = _at(v, lam, sl, lam_at[end_merge])
-    c_merge = jnp.where(valid, _least_log_loss(S1, S0, b_lo, b_hi, eps), 0.0)
+    b_end = _at(v, lam, sl, lam_at[end_merge])
+    c_merge = jnp.where(valid, _least_log_loss(S1, S0, v, b_end, eps), 0.0)
     # segments of the single runs at lambda = 0 (alive for breakpoints 0 .. end)
-    r_hi = _at(y, 0.0, slope0, lam_at[end_run])
+    r_hi = _at(y, 0.0, path.slope0, lam_at[end_run])
     c_run = jnp.where(real, _least_log_loss(s1, s0, y, r_hi, eps), 0.0)
     diff = (
         jnp.zeros(n + 2, y.dtype)
@@ -377,8 +379,7 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
     lw_final = _log_weight(final, s1, s0, real, path.n_groups, log_n, eps)
     n_models = path.n_models + 1
     margin = 2.0 * (_LOG_W_MARGIN + jnp.log(n_models.astype(y.dtype)))
-    slope0 = _start(w, y, real, _tolerance(y))[0]
-    bound = _breakpoint_bounds(path, y, slope0, s1, s0, real, log_n, eps)
+    bound = _breakpoint_bounds(path, y, s1, s0, real, log_n, eps)
     slack = 1e-9 * (jnp.abs(bound) + jnp.abs(lw_final))
     candidate = ~jnp.isnan(path.bp_lam) & (bound - slack <= -2.0 * lw_final + margin)
     todo = jnp.nonzero(candidate, size=n, fill_value=n)[0].astype(jnp.int32)
@@ -407,7 +408,7 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
     init = _Average(
         e=jnp.zeros((), jnp.int32),
         alive=real,
-        state=jnp.stack([y, jnp.zeros_like(y), slope0], axis=1),
+        state=jnp.stack([y, jnp.zeros_like(y), path.slope0], axis=1),
         lse=jnp.full((), -jnp.inf, y.dtype),
         acc=jnp.zeros_like(y),
         n_scored=jnp.zeros((), jnp.int32),

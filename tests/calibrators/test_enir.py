@@ -193,8 +193,7 @@ def test_pruned_average_equals_the_full_average(kind):
 @jax.jit
 def _path_bounds(w, y, s1, s0, real, n):
     path = enir._path(w, y, s1, s0, real, jnp.inf)
-    slope0 = enir._start(w, y, real, enir._tolerance(y))[0]
-    bound = enir._breakpoint_bounds(path, y, slope0, s1, s0, real, jnp.log(n), 1e-3)
+    bound = enir._breakpoint_bounds(path, y, s1, s0, real, jnp.log(n), 1e-3)
     return bound, path.bp_lam
 
 
