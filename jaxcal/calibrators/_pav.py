@@ -75,11 +75,14 @@ class PAVResult(NamedTuple):
 
 
 def order_key(x: jax.Array) -> jax.Array:
-    """Integer keys with the same order as the floats ``x`` (``-0.0`` == ``0.0``)."""
-    x = x + jnp.zeros((), x.dtype)  # -0.0 -> 0.0
+    """Integer keys with the same order as the floats ``x`` (``-0.0`` == ``0.0``).
+
+    Integer operations only: XLA folds ``x + 0.0`` into ``x`` (which would keep ``-0.0``
+    apart from ``0.0``) and CPU programs treat subnormal operands as zero."""
     int_dtype = jnp.int64 if x.dtype == jnp.float64 else jnp.int32
     bits = lax.bitcast_convert_type(x, int_dtype)
     nbits = jnp.iinfo(int_dtype).bits
+    bits = jnp.where(bits == jnp.iinfo(int_dtype).min, 0, bits)  # -0.0 -> 0.0
     mask = jnp.array(jnp.iinfo(int_dtype).max, int_dtype)
     return bits ^ ((bits >> (nbits - 1)) & mask)
 
@@ -197,7 +200,8 @@ def _sorted_runs(x: jax.Array, group: jax.Array | None):
     (group, x)) at each sorted position and the third array the dense group rank there."""
     n = x.shape[0]
     b = max(int(n - 1).bit_length(), 1)
-    xf = _unsigned_offset(order_key(x.astype(jnp.float64)))
+    # keys of x's own dtype, widened (a float32 -> float64 cast would flush subnormals)
+    xf = _unsigned_offset(order_key(x).astype(jnp.int64))
     if group is None:
         perm, (run,) = _lex_sort([xf], b)
         return perm, run, jnp.zeros(n, jnp.int64)

@@ -16,9 +16,21 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import roc_auc_score, roc_curve
 
 import jaxcal
+from jaxcal._native import ENV, pav_cpu_available
 from jaxcal.calibrators.isotonic import FittedIsotonic, isotonic_regression
 
 EXACT = 1e-9  # the acceptance tolerance against scikit-learn (float64)
+
+
+@pytest.fixture(params=["native", "portable"])
+def pav_path(request, monkeypatch):
+    """Runs a test of ``isotonic_regression`` on both implementations: the compiled CPU
+    kernel (``jaxcal._native``) and the pure-JAX merge tree that GPU / TPU programs use."""
+    if request.param == "portable":
+        monkeypatch.setenv(ENV, "0")
+    elif not pav_cpu_available():
+        pytest.skip("compiled CPU kernel not built")
+    return request.param
 
 
 def _data(rng, n, *, ties=True):
@@ -29,6 +41,7 @@ def _data(rng, n, *, ties=True):
     return x, y, w
 
 
+@pytest.mark.usefixtures("pav_path")
 @pytest.mark.parametrize("increasing", [True, False])
 def test_equals_sklearn_weighted_with_ties(increasing):
     rng = np.random.default_rng(0)
@@ -78,6 +91,7 @@ def _brute_force(x, y, w):
     return best
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_brute_force_small():
     rng = np.random.default_rng(2)
     for _ in range(15):
@@ -89,6 +103,7 @@ def test_brute_force_small():
         np.testing.assert_allclose(ours, _brute_force(x, y, w), atol=EXACT)
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_clipping_solves_bounded_problem():
     rng = np.random.default_rng(3)
     x, y, w = _data(rng, 40)
@@ -98,6 +113,7 @@ def test_clipping_solves_bounded_problem():
     np.testing.assert_allclose(ours, ref, atol=EXACT)
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_batched_by_group_equals_loop_and_vmap():
     rng = np.random.default_rng(4)
     G, n = 4, 16
@@ -122,6 +138,7 @@ def test_batched_by_group_equals_loop_and_vmap():
     np.testing.assert_allclose(np.asarray(vm).ravel(), looped, atol=EXACT)
 
 
+@pytest.mark.usefixtures("pav_path")
 @pytest.mark.parametrize(("tie_class", "grouped"), [(2, True), (3, False)])
 def test_sort_resolves_keys_equal_in_all_but_the_last_bits(tie_class, grouped):
     """Scores 1 ulp apart share every bit the first packed sort pass sees (position bits take
@@ -162,6 +179,7 @@ def test_sort_resolves_keys_equal_in_all_but_the_last_bits(tie_class, grouped):
     np.testing.assert_allclose(ours, ref_fit, atol=EXACT)
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_jit_path_and_no_recompile():
     rng = np.random.default_rng(5)
     f = jax.jit(lambda a, b: isotonic_regression(a, b, y_min=0.0, y_max=1.0))

@@ -1,0 +1,445 @@
+// Weighted pool-adjacent-violators (PAV) for XLA's CPU backend, as an XLA FFI handler.
+//
+// jaxcal's portable PAV (jaxcal/calibrators/_pav.py) is a vectorised merge tree in pure
+// JAX: it runs inside jit and vmap on CPU, GPU and TPU. On a CPU the same problem is
+// better served by the classic sequential algorithm: XLA's CPU sort is a comparator-based
+// std::sort (about 70 ms for 1e6 int64 keys) and the merge tree's many small while-loop
+// steps each pay the runtime's per-op cost. This handler does what scikit-learn's Cython
+// code does, plus groups and a radix sort:
+//
+//   1. order the points of each problem by (group, score) with a stable LSD radix sort of
+//      order-preserving integer keys (digits that are equal for every point are skipped);
+//   2. pool tied (group, score) points into runs (summed weight and weighted target);
+//   3. stack-based PAV within each group: push a run, then pool the two top blocks while
+//      they violate (mean(left) >= mean(right), or either has zero weight: the same rule as
+//      the merge tree and as scikit-learn);
+//   4. write each block's mean (0 for a block of zero total weight) back to its points.
+//
+// The result is the exact weighted isotonic regression, the same as the pure-JAX merge
+// tree up to the rounding of sums. Inputs are [..., n]: every leading index is one
+// independent problem (this is how vmap reaches the handler). Clipping and the
+// decreasing direction are applied by the JAX caller.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Order-preserving unsigned key of a double (-0.0 and 0.0 share a key). Integer operations
+// only: XLA's CPU threads treat subnormal operands as zero, and distinct subnormal scores
+// must keep distinct keys, as in scikit-learn.
+inline uint64_t KeyOfBits(uint64_t bits) {
+  if (bits == (uint64_t{1} << 63)) bits = 0;             // -0.0 -> 0.0
+  const uint64_t negative = uint64_t{0} - (bits >> 63);  // all ones for negative scores
+  return bits ^ (negative | (uint64_t{1} << 63));       // branch-free: signs are random
+}
+
+inline uint64_t FloatKey(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return KeyOfBits(bits);
+}
+
+// float32 scores get the key of the same value as a double (widened exactly, with integer
+// operations, so that subnormal float32 scores are not flushed).
+inline uint64_t FloatKey(float v) {
+  uint32_t f;
+  std::memcpy(&f, &v, sizeof f);
+  const uint64_t sign = uint64_t{f >> 31} << 63;
+  const uint32_t exponent = (f >> 23) & 0xFF;
+  uint32_t mantissa = f & 0x7FFFFF;
+  uint64_t bits;
+  if (exponent == 0xFF) {  // inf / nan (not passed by jaxcal's validation)
+    bits = sign | (uint64_t{0x7FF} << 52) | (uint64_t{mantissa} << 29);
+  } else if (exponent != 0) {
+    bits = sign | (uint64_t{exponent - 127 + 1023} << 52) | (uint64_t{mantissa} << 29);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal float32: m * 2^-149 = 1.f * 2^(k - 149), k = leading bit of m
+    const int k = 31 - __builtin_clz(mantissa);
+    mantissa &= (uint32_t{1} << k) - 1;
+    bits = sign | (uint64_t(k - 149 + 1023) << 52) | (uint64_t{mantissa} << (52 - k));
+  }
+  return KeyOfBits(bits);
+}
+
+inline double KeyValue(uint64_t key) {
+  const uint64_t negative = (key >> 63) - 1;  // all ones for negative scores
+  const uint64_t bits = key ^ (negative | (uint64_t{1} << 63));
+  double v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// Order-preserving unsigned key of a signed integer.
+inline uint64_t IntKey(int64_t v) { return static_cast<uint64_t>(v) ^ (uint64_t{1} << 63); }
+
+inline int BitLength(uint64_t v) { return v == 0 ? 0 : 64 - __builtin_clzll(v); }
+
+constexpr int kMsdBits = 16;          // most-significant-digit passes: 65,536 buckets
+constexpr int64_t kLsdMax = 1 << 14;  // segments this small are sorted in cache (LSD)
+constexpr int64_t kInsertionMax = 24;
+constexpr int kValueDepth = 2;  // levels of value buckets before radix passes
+
+// One copy of the points of a problem as parallel arrays that are permuted together:
+// sort key, input position, target and weight.
+struct Arrays {
+  uint64_t* key;
+  uint32_t* pos;
+  double* y;
+  double* w;
+};
+
+// Two copies (sorting passes go from one to the other) plus segment-local LSD buffers.
+// The memory is kept and reused by later calls: fresh pages cost a page fault each, which
+// at 1e6 points would be a fifth of the run time.
+class Workspace {
+ public:
+  void Reserve(int64_t n) {
+    if (n <= capacity_) return;
+    const size_t per_point = 2 * (sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(double)) +
+                             sizeof(uint64_t);
+    memory_.reset(new char[per_point * n + 64]);
+    char* p = memory_.get();
+    auto take = [&](size_t bytes) {
+      char* out = p;
+      p += bytes;
+      return out;
+    };
+    for (Arrays* a : {&a_, &b_}) {
+      a->key = reinterpret_cast<uint64_t*>(take(n * sizeof(uint64_t)));
+      a->y = reinterpret_cast<double*>(take(n * sizeof(double)));
+      a->w = reinterpret_cast<double*>(take(n * sizeof(double)));
+    }
+    score_key_ = reinterpret_cast<uint64_t*>(take(n * sizeof(uint64_t)));
+    a_.pos = reinterpret_cast<uint32_t*>(take(n * sizeof(uint32_t)));
+    b_.pos = reinterpret_cast<uint32_t*>(take(n * sizeof(uint32_t)));
+    capacity_ = n;
+  }
+  Arrays& a() { return a_; }
+  Arrays& b() { return b_; }
+  uint64_t* score_key() { return score_key_; }
+  uint64_t lsd_key[2][kLsdMax];
+  uint32_t lsd_at[2][kLsdMax];
+
+ private:
+  std::unique_ptr<char[]> memory_;
+  int64_t capacity_ = 0;
+  Arrays a_{}, b_{};
+  uint64_t* score_key_ = nullptr;
+};
+
+inline void Move(const Arrays& src, int64_t i, const Arrays& dst, int64_t j) {
+  dst.key[j] = src.key[i];
+  dst.pos[j] = src.pos[i];
+  dst.y[j] = src.y[i];
+  dst.w[j] = src.w[i];
+}
+
+void CopyRange(const Arrays& src, const Arrays& dst, int64_t off, int64_t len) {
+  std::memcpy(dst.key + off, src.key + off, len * sizeof(uint64_t));
+  std::memcpy(dst.pos + off, src.pos + off, len * sizeof(uint32_t));
+  std::memcpy(dst.y + off, src.y + off, len * sizeof(double));
+  std::memcpy(dst.w + off, src.w + off, len * sizeof(double));
+}
+
+// Stable LSD radix sort of a cache-sized segment (keys as offsets from `lo`, with `bits`
+// significant bits; 8-bit digits, digits shared by every key skipped); the result is
+// gathered from `src` into `dst`.
+void LsdSortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
+                 uint64_t lo, int bits) {
+  uint64_t* k = ws.lsd_key[0];
+  uint64_t* k2 = ws.lsd_key[1];
+  uint32_t* at = ws.lsd_at[0];
+  uint32_t* at2 = ws.lsd_at[1];
+  const int digits = (bits + 7) / 8;
+  uint32_t hist[8][256] = {};
+  for (int64_t j = 0; j < len; ++j) {
+    const uint64_t v = src.key[off + j] - lo;
+    k[j] = v;
+    at[j] = static_cast<uint32_t>(j);
+    for (int d = 0; d < digits; ++d) ++hist[d][(v >> (8 * d)) & 255];
+  }
+  for (int d = 0; d < digits; ++d) {
+    uint32_t* h = hist[d];
+    if (h[(k[0] >> (8 * d)) & 255] == len) continue;  // every key has this digit
+    uint32_t sum = 0;
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (int64_t j = 0; j < len; ++j) {
+      const uint32_t to = h[(k[j] >> (8 * d)) & 255]++;
+      k2[to] = k[j];
+      at2[to] = at[j];
+    }
+    std::swap(k, k2);
+    std::swap(at, at2);
+  }
+  for (int64_t j = 0; j < len; ++j) Move(src, off + at[j], dst, off + j);
+}
+
+void InsertionSort(const Arrays& s, int64_t off, int64_t len) {
+  for (int64_t i = off + 1; i < off + len; ++i) {
+    const uint64_t k = s.key[i];
+    const uint32_t p = s.pos[i];
+    const double y = s.y[i], w = s.w[i];
+    int64_t j = i;
+    for (; j > off && s.key[j - 1] > k; --j) Move(s, j - 1, s, j);
+    s.key[j] = k;
+    s.pos[j] = p;
+    s.y[j] = y;
+    s.w[j] = w;
+  }
+}
+
+void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
+              bool float_keys, int depth);
+
+// Scatters the points [off, off + len) of `src` into `dst` by bucket (stable), then sorts
+// each bucket in `dst`: larger ones recursively, then all small ones by one insertion pass.
+template <typename Bucket>
+void BucketSortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off,
+                    int64_t len, int64_t n_buckets, Bucket bucket, bool float_keys, int depth) {
+  std::vector<int64_t> start(n_buckets + 1, 0);
+  for (int64_t i = off; i < off + len; ++i) ++start[bucket(src.key[i]) + 1];
+  start[0] = off;
+  for (int64_t b = 0; b < n_buckets; ++b) start[b + 1] += start[b];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t i = off; i < off + len; ++i) Move(src, i, dst, next[bucket(src.key[i])]++);
+  for (int64_t b = 0; b < n_buckets; ++b) {
+    const int64_t count = start[b + 1] - start[b];
+    if (count > kInsertionMax) {  // sort the bucket back into src, then return it
+      SortInto(ws, dst, src, start[b], count, float_keys, depth + 1);
+      CopyRange(src, dst, start[b], count);
+    }
+  }
+  // The small buckets in one pass: only points inside the same bucket are out of order.
+  InsertionSort(dst, off, len);
+}
+
+// Stable sort of the points [off, off + len) of `src` by key, written to the same range of
+// `dst` (`src` is used as scratch).
+//
+// A segment larger than the cache takes most-significant-digit passes (kMsdBits of the key
+// range each) until its buckets fit in cache. There, score keys (`float_keys`) are spread
+// over one bucket per point by value, (x - min) / (max - min): for scores with a density
+// this leaves buckets of a few points, finished by one insertion pass, so the sort costs
+// two passes. Buckets that stay large (clustered or heavy-tailed scores) are split by value
+// once more, then by LSD radix on the key bits, as are integer keys (group ids), so no input
+// costs more than a few passes over its points.
+void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
+              bool float_keys, int depth) {
+  uint64_t lo = len > 0 ? src.key[off] : 0, hi = lo;
+  for (int64_t i = off + 1; i < off + len; ++i) {
+    lo = std::min(lo, src.key[i]);
+    hi = std::max(hi, src.key[i]);
+  }
+  if (lo == hi || len <= kInsertionMax) {
+    CopyRange(src, dst, off, len);
+    if (lo != hi) InsertionSort(dst, off, len);
+    return;
+  }
+  if (float_keys && depth < kValueDepth && len <= kLsdMax) {
+    const double x_lo = KeyValue(lo);
+    const double range = KeyValue(hi) - x_lo;
+    if (std::isfinite(range) && range > 0.0) {
+      const int64_t n_buckets = std::min<int64_t>(len, int64_t{1} << kMsdBits);
+      const double scale = static_cast<double>(n_buckets) / range;
+      const auto bucket = [=](uint64_t key) {
+        // Monotone in the score (rounding is monotone); the top score lands on n_buckets.
+        const int64_t b = static_cast<int64_t>((KeyValue(key) - x_lo) * scale);
+        return std::min(b, n_buckets - 1);
+      };
+      return BucketSortInto(ws, src, dst, off, len, n_buckets, bucket, true, depth);
+    }
+  }
+  const int bits = BitLength(hi - lo);
+  if (len <= kLsdMax) return LsdSortInto(ws, src, dst, off, len, lo, bits);
+  const int shift = std::max(0, bits - kMsdBits);
+  const auto bucket = [=](uint64_t key) { return static_cast<int64_t>((key - lo) >> shift); };
+  BucketSortInto(ws, src, dst, off, len, int64_t{1} << std::min(bits, kMsdBits), bucket,
+                 float_keys, depth);
+}
+
+// Stack PAV over the sorted points [off, off + len) of one group: tied scores form runs,
+// a run is pushed once complete, and the two top blocks pool while they violate. Writes
+// each block's mean to its points' input positions. `stack` is scratch (block start in
+// .key, weighted sum in .y, weight in .w).
+template <typename T>
+void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len, T* out) {
+  uint64_t* bstart = stack.key;
+  double* by = stack.y;
+  double* bw = stack.w;
+  int64_t top = -1;
+  int64_t p = off;
+  const int64_t end = off + len;
+  while (p < end) {
+    const int64_t run_start = p;
+    double ry = 0.0, rw = 0.0;
+    const uint64_t k = s.key[p];
+    for (; p < end && s.key[p] == k; ++p) {
+      ry += s.w[p] * s.y[p];
+      rw += s.w[p];
+    }
+    ++top;
+    bstart[top] = static_cast<uint64_t>(run_start);
+    by[top] = ry;
+    bw[top] = rw;
+    while (top > 0) {
+      const double ly = by[top - 1], lw = bw[top - 1];
+      const double uy = by[top], uw = bw[top];
+      if (!(lw == 0.0 || uw == 0.0 || ly * uw >= uy * lw)) break;
+      by[top - 1] = ly + uy;
+      bw[top - 1] = lw + uw;
+      --top;
+    }
+  }
+  for (int64_t b = 0; b <= top; ++b) {
+    const T value = static_cast<T>(bw[b] > 0.0 ? by[b] / bw[b] : 0.0);
+    const int64_t last = b == top ? end : static_cast<int64_t>(bstart[b + 1]);
+    for (int64_t q = static_cast<int64_t>(bstart[b]); q < last; ++q) out[s.pos[q]] = value;
+  }
+}
+
+// Loads points [0, len) of the inputs into `a` at [0, len), with input positions from `pos0`.
+template <typename T>
+void Fill(const Arrays& a, int64_t len, const T* x, const T* y, const T* w, int64_t pos0) {
+  for (int64_t i = 0; i < len; ++i) {
+    a.key[i] = FloatKey(x[i]);
+    a.pos[i] = static_cast<uint32_t>(pos0 + i);
+    a.y[i] = static_cast<double>(y[i]);
+    a.w[i] = static_cast<double>(w[i]);
+  }
+}
+
+template <typename T, typename G>
+void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, const G* group,
+                  T* out) {
+  std::vector<int64_t> segments{0};  // group segments (input order, or sorted order), then n
+  if (group == nullptr || std::is_sorted(group, group + n)) {
+    // One problem, or groups already contiguous (per user, per rank, ...): no group sort,
+    // and each group is loaded, sorted and pooled while its points are in cache.
+    int64_t longest = n;
+    if (group != nullptr) {
+      for (int64_t i = 1; i < n; ++i) {
+        if (group[i] != group[i - 1]) segments.push_back(i);
+      }
+      segments.push_back(n);
+      longest = 0;
+      for (size_t g = 0; g + 1 < segments.size(); ++g) {
+        longest = std::max(longest, segments[g + 1] - segments[g]);
+      }
+    } else {
+      segments.push_back(n);
+    }
+    ws.Reserve(longest);
+    for (size_t g = 0; g + 1 < segments.size(); ++g) {
+      const int64_t at = segments[g], len = segments[g + 1] - at;
+      Fill(ws.a(), len, x + at, y + at, w + at, at);
+      // Touch the group's output in order first: the PAV writes it in score order, and
+      // lines that are already cached make those writes ~10% of the run time cheaper.
+      std::fill(out + at, out + at + len, T(0));
+      SortInto(ws, ws.a(), ws.b(), 0, len, /*float_keys=*/true, 0);
+      PoolSegment<T>(ws.b(), ws.a(), 0, len, out);
+    }
+    return;
+  }
+  // Sort by group (a small id range takes one counting pass), then by score per group.
+  ws.Reserve(n);
+  Arrays& a = ws.a();
+  Arrays& b = ws.b();
+  Fill(b, n, x, y, w, 0);
+  uint64_t* score_key = ws.score_key();
+  std::memcpy(score_key, b.key, n * sizeof(uint64_t));
+  for (int64_t i = 0; i < n; ++i) b.key[i] = IntKey(static_cast<int64_t>(group[i]));
+  SortInto(ws, b, a, 0, n, /*float_keys=*/false, 0);
+  for (int64_t p = 1; p < n; ++p) {
+    if (a.key[p] != a.key[p - 1]) segments.push_back(p);
+  }
+  segments.push_back(n);
+  for (int64_t p = 0; p < n; ++p) a.key[p] = score_key[a.pos[p]];
+  for (size_t g = 0; g + 1 < segments.size(); ++g) {
+    SortInto(ws, a, b, segments[g], segments[g + 1] - segments[g], /*float_keys=*/true, 0);
+  }
+  for (size_t g = 0; g + 1 < segments.size(); ++g) {  // `a` is free now: the PAV stack
+    PoolSegment<T>(b, a, segments[g], segments[g + 1] - segments[g], out);
+  }
+}
+
+template <typename T>
+ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
+                 bool has_group, ffi::Result<ffi::AnyBuffer> out) {
+  const auto dims = x.dimensions();
+  if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
+  const int64_t n = dims.back();
+  const int64_t total = static_cast<int64_t>(x.element_count());
+  if (y.element_count() != x.element_count() || w.element_count() != x.element_count() ||
+      out->element_count() != x.element_count() ||
+      (has_group && group.element_count() != x.element_count())) {
+    return ffi::Error::InvalidArgument("pav_cpu: x, y, w (and group) must have one shape");
+  }
+  if (n == 0 || total == 0) return ffi::Error::Success();
+  if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
+  const ffi::DataType gtype = group.element_type();
+  if (has_group && gtype != ffi::DataType::S32 && gtype != ffi::DataType::S64) {
+    return ffi::Error::InvalidArgument("pav_cpu: group must be int32 or int64");
+  }
+  const T* xp = static_cast<const T*>(x.untyped_data());
+  const T* yp = static_cast<const T*>(y.untyped_data());
+  const T* wp = static_cast<const T*>(w.untyped_data());
+  T* op = static_cast<T*>(out->untyped_data());
+  // One workspace shared by all calls (XLA may run the handler on any of its threads);
+  // a call that finds it busy uses a workspace of its own.
+  static std::mutex shared_mutex;
+  static Workspace shared;
+  std::unique_lock<std::mutex> lock(shared_mutex, std::try_to_lock);
+  std::unique_ptr<Workspace> own;
+  if (!lock.owns_lock()) own = std::make_unique<Workspace>();
+  Workspace& ws = lock.owns_lock() ? shared : *own;
+  for (int64_t b = 0; b < total / n; ++b) {
+    const int64_t at = b * n;
+    if (!has_group) {
+      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, nullptr, op + at);
+    } else if (gtype == ffi::DataType::S32) {
+      const int32_t* g = static_cast<const int32_t*>(group.untyped_data()) + at;
+      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, g, op + at);
+    } else {
+      const int64_t* g = static_cast<const int64_t*>(group.untyped_data()) + at;
+      SolveProblem<T, int64_t>(ws, n, xp + at, yp + at, wp + at, g, op + at);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
+                   bool has_group, ffi::Result<ffi::AnyBuffer> out) {
+  const ffi::DataType t = x.element_type();
+  if (y.element_type() != t || w.element_type() != t || out->element_type() != t) {
+    return ffi::Error::InvalidArgument("pav_cpu: x, y, w and the output must share a dtype");
+  }
+  if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, has_group, out);
+  if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, has_group, out);
+  return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcalPavCpu, PavImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x [..., n]
+                                  .Arg<ffi::AnyBuffer>()  // y [..., n]
+                                  .Arg<ffi::AnyBuffer>()  // w [..., n]
+                                  .Arg<ffi::AnyBuffer>()  // group [..., n] or a dummy
+                                  .Attr<bool>("has_group")
+                                  .Ret<ffi::AnyBuffer>());  // fitted [..., n]
