@@ -11,6 +11,8 @@ Measured (after compilation; the first call's time is reported as compile + run)
    ``sklearn.isotonic.IsotonicRegression().fit_transform`` (target ratio <= 1.0);
 2. 1,000 groups x 1,000 points: one grouped ``isotonic_regression`` call vs a Python loop of
    scikit-learn fits (target >= 10x);
+   rows 1 and 2 time the CPU kernel (``jaxcal._native``) and then, for reference, the
+   pure-JAX merge tree that GPU / TPU programs use (``JAXCAL_NATIVE=0``), on the same data;
 3. ``jaxcal.BBQ`` at n = 1e5 vs ``netcal.binning.BBQ`` (target >= 20x);
 4. ``jaxcal.ENIR`` at n = 1e4 vs ``netcal.binning.ENIR`` (target >= 20x);
 5. ENIR scaling (issue 3: O(n log n), not quadratic): fit time at n = 1e4, 1e5, 1e6 for
@@ -28,6 +30,7 @@ netcal's own code.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -184,20 +187,33 @@ def main() -> None:
     rng = np.random.default_rng(0)
     r = args.repeats
 
+    from jaxcal._native import ENV, pav_cpu_available
+
+    paths = ["native", "portable"] if pav_cpu_available() else ["portable"]
+    print(f"isotonic paths timed: {', '.join(paths)} (native = compiled CPU kernel)")
+
+    def on_path(path, fn):
+        if path == "portable":
+            os.environ[ENV] = "0"
+        try:
+            return _timed(fn, r)
+        finally:
+            os.environ.pop(ENV, None)
+
     # 1. isotonic at n_iso
     x = rng.normal(size=n_iso)
     y = (rng.uniform(size=n_iso) < 1 / (1 + np.exp(-2 * x))).astype(float)
-    ours, first, t_ours = _timed(lambda: _block(jaxcal.isotonic_regression(x, y)), r)
     ref, _, t_sk = _timed(lambda: IsotonicRegression().fit_transform(x, y), r)
-    assert np.abs(np.asarray(ours) - ref).max() < 1e-9
-    print(f"isotonic n={n_iso:,}: first call (compile + run) {first:.2f} s")
-    _row(f"isotonic_regression n={n_iso:,} vs sklearn", t_ours, t_sk, 1.0)
+    for path in paths:
+        ours, first, t_ours = on_path(path, lambda: _block(jaxcal.isotonic_regression(x, y)))
+        assert np.abs(np.asarray(ours) - ref).max() < 1e-9
+        print(f"isotonic n={n_iso:,} ({path}): first call (compile + run) {first:.2f} s")
+        _row(f"isotonic_regression n={n_iso:,} ({path})", t_ours, t_sk, 1.0)
 
     # 2. grouped
     xg = rng.normal(size=groups * per)
     yg = (rng.uniform(size=groups * per) < 1 / (1 + np.exp(-xg))).astype(float)
     gid = np.repeat(np.arange(groups), per)
-    ours, first, t_ours = _timed(lambda: _block(jaxcal.isotonic_regression(xg, yg, group=gid)), r)
 
     def loop():
         out = np.empty_like(xg)
@@ -207,9 +223,13 @@ def main() -> None:
         return out
 
     ref, _, t_sk = _timed(loop, max(1, r - 2))
-    assert np.abs(np.asarray(ours) - ref).max() < 1e-9
-    print(f"grouped {groups}x{per}: first call (compile + run) {first:.2f} s")
-    _row(f"isotonic {groups} groups x {per} vs sklearn loop", t_ours, t_sk, 10.0)
+    for path in paths:
+        ours, first, t_ours = on_path(
+            path, lambda: _block(jaxcal.isotonic_regression(xg, yg, group=gid))
+        )
+        assert np.abs(np.asarray(ours) - ref).max() < 1e-9
+        print(f"grouped {groups}x{per} ({path}): first call (compile + run) {first:.2f} s")
+        _row(f"{groups} groups x {per} vs sklearn loop ({path})", t_ours, t_sk, 10.0)
 
     if args.skip_netcal or args.isotonic_only:
         return

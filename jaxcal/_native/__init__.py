@@ -6,7 +6,8 @@ merge tree's many small loop steps make it slower than scikit-learn's sequential
 loop, so for XLA's *CPU* backend jaxcal also builds (at install, from ``pav_cpu.cc``) the
 sequential algorithm as an XLA FFI custom call: a radix sort by (group, score), tie
 pooling and stack PAV. It is not a host callback: XLA calls it inside the compiled program,
-so it works under ``jit`` and ``vmap`` (every leading batch index is one problem), and
+so it works under ``jit`` and ``vmap`` (every leading batch index is one problem; under
+``jax.shard_map`` over those rows each device solves its own), and
 ``jax.lax.platform_dependent`` picks it only when the program is compiled for CPU (GPU and
 TPU programs use the merge tree).
 
@@ -22,11 +23,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxcal._vma import varying_like
 
 __all__ = ["pav_cpu_available", "pav_fitted_cpu", "ENV"]
 
@@ -61,23 +65,32 @@ def _register() -> bool:
 def _load() -> bool:
     """Registered and passing the self-test (a library built against an incompatible XLA
     fails when it first runs)."""
-    if not _register():
-        return False
-    try:
-        return _self_test()
-    except Exception:
-        return False
+    return _register() and _self_test()
 
 
 def _self_test() -> bool:
-    """One tiny problem with a tie, a violation and two groups, against its known answer."""
+    """One tiny problem with a tie, a violation and two groups, against its known answer.
+
+    Run in a thread of its own: JAX's tracing state is per thread, so the test computes
+    eagerly even when the first use of the kernel is inside a ``jit`` / ``vmap`` trace."""
     x = np.array([0.0, 1.0, 1.0, 2.0, 0.0, 1.0], np.float32)
     y = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 1.0], np.float32)
     g = np.array([0, 0, 0, 0, 1, 1], np.int32)
-    cpu = jax.devices("cpu")[0]
-    args = (jax.device_put(a, cpu) for a in (x, y, np.ones_like(y), g))
-    fitted = jax.jit(pav_fitted_cpu)(*args)
-    return bool(np.allclose(np.asarray(fitted), [0.5, 0.5, 0.5, 0.5, 1.5, 1.5]))
+    result: list[bool] = []
+
+    def run() -> None:
+        try:
+            cpu = jax.devices("cpu")[0]
+            args = (jax.device_put(a, cpu) for a in (x, y, np.ones_like(y), g))
+            fitted = np.asarray(jax.jit(pav_fitted_cpu)(*args))
+            result.append(bool(np.allclose(fitted, [0.5, 0.5, 0.5, 0.5, 1.5, 1.5])))
+        except Exception:  # a library built against an incompatible XLA
+            result.append(False)
+
+    thread = threading.Thread(target=run, name="jaxcal-native-self-test")
+    thread.start()
+    thread.join()
+    return bool(result) and result[0]
 
 
 def pav_cpu_available() -> bool:
@@ -114,9 +127,10 @@ def pav_fitted_cpu(
     has_group = group is not None
     if not has_group:
         group = jnp.zeros((*x.shape[:-1], 1), jnp.int32)
-    elif group.dtype not in (jnp.int32, jnp.int64):
-        group = group.astype(jnp.int32)
+    elif group.dtype not in (jnp.int32, jnp.int64):  # ids only need to stay distinct
+        group = group.astype(jnp.int64 if group.dtype.itemsize == 8 else jnp.int32)
     call = jax.ffi.ffi_call(
         _TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype), vmap_method="broadcast_all"
     )
-    return call(x, y.astype(x.dtype), w.astype(x.dtype), group, has_group=has_group)
+    out = call(x, y.astype(x.dtype), w.astype(x.dtype), group, has_group=has_group)
+    return varying_like(out, x, y, w, group)  # FFI calls drop shard_map's varying axes

@@ -5,10 +5,13 @@
 // better served by the classic sequential algorithm: XLA's CPU sort is a comparator-based
 // std::sort (about 70 ms for 1e6 int64 keys) and the merge tree's many small while-loop
 // steps each pay the runtime's per-op cost. This handler does what scikit-learn's Cython
-// code does, plus groups and a radix sort:
+// code does, plus groups and a sort built for scores:
 //
-//   1. order the points of each problem by (group, score) with a stable LSD radix sort of
-//      order-preserving integer keys (digits that are equal for every point are skipped);
+//   1. order the points of each problem by (group, score). Groups that arrive contiguous
+//      (ids non-decreasing: per user, per rank) need no group sort, and each group is
+//      loaded, sorted and pooled while it is in cache; otherwise the points are first
+//      sorted by group id (radix passes on the key range). Scores are sorted by their
+//      order-preserving integer keys (SortInto: value buckets, then radix passes);
 //   2. pool tied (group, score) points into runs (summed weight and weighted target);
 //   3. stack-based PAV within each group: push a run, then pool the two top blocks while
 //      they violate (mean(left) >= mean(right), or either has zero weight: the same rule as
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <vector>
 
@@ -89,6 +93,7 @@ constexpr int kMsdBits = 16;          // most-significant-digit passes: 65,536 b
 constexpr int64_t kLsdMax = 1 << 14;  // segments this small are sorted in cache (LSD)
 constexpr int64_t kInsertionMax = 24;
 constexpr int kValueDepth = 2;  // levels of value buckets before radix passes
+constexpr int64_t kKeepMax = int64_t{1} << 24;  // largest problem whose buffers are kept
 
 // One copy of the points of a problem as parallel arrays that are permuted together:
 // sort key, input position, target and weight.
@@ -400,10 +405,12 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   const T* wp = static_cast<const T*>(w.untyped_data());
   T* op = static_cast<T*>(out->untyped_data());
   // One workspace shared by all calls (XLA may run the handler on any of its threads);
-  // a call that finds it busy uses a workspace of its own.
+  // a call that finds it busy, or whose problems are too large to keep memory for
+  // (kKeepMax points: ~1 GiB), uses a workspace of its own that is freed on return.
   static std::mutex shared_mutex;
   static Workspace shared;
-  std::unique_lock<std::mutex> lock(shared_mutex, std::try_to_lock);
+  std::unique_lock<std::mutex> lock(shared_mutex, std::defer_lock);
+  if (n <= kKeepMax) lock.try_lock();
   std::unique_ptr<Workspace> own;
   if (!lock.owns_lock()) own = std::make_unique<Workspace>();
   Workspace& ws = lock.owns_lock() ? shared : *own;
@@ -428,8 +435,12 @@ ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::An
   if (y.element_type() != t || w.element_type() != t || out->element_type() != t) {
     return ffi::Error::InvalidArgument("pav_cpu: x, y, w and the output must share a dtype");
   }
-  if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, has_group, out);
-  if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, has_group, out);
+  try {
+    if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, has_group, out);
+    if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, has_group, out);
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pav_cpu: out of memory");
+  }
   return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
 }
 

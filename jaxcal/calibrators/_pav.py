@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxcal._vma import varying_like
+
 __all__ = ["PAVResult", "pav", "order_key"]
 
 
@@ -184,6 +186,7 @@ def _lex_sort(fields: list[jax.Array], n_index_bits: int):
             # The order is still the identity: the first pass needs no gathers (~15 ms
             # each at 1e6 points). It is also correct when it has nothing to sort.
             state = sort_pass(state, field, identity=True)
+        state = varying_like(state, fields)
         perm, cls, _, _ = lax.while_loop(cond, partial(sort_pass, field=field), state)
         out.append(cls)
     return perm, out
@@ -277,7 +280,8 @@ def _merge_level(state, level, size: int, n_slots: int):
         csw = csw + jnp.where(left, lsw, 0) + jnp.where(right, rsw, 0)
         return cs, ce, csy, csw, is_start, left | right
 
-    cs, ce, csy, csw, is_start, _ = lax.while_loop(cond, body, (cs, ce, csy, csw, is_start, real))
+    carry = varying_like((cs, ce, csy, csw, is_start, real), state)
+    cs, ce, csy, csw, is_start, _ = lax.while_loop(cond, body, carry)
     drop = jnp.where(real, cs, size)
     sy = sy.at[drop].set(csy, mode="drop")
     sw = sw.at[drop].set(csw, mode="drop")
@@ -329,7 +333,7 @@ def pav(
     sw = seg(w)
     run_group = jnp.where(real, run_g.astype(jnp.int32), -1 - pos)
     sw_runs = sw
-    state = (sy, sw, run_group, pos, pos, jnp.ones(size, bool))
+    state = varying_like((sy, sw, run_group, pos, pos, jnp.ones(size, bool)), (x, y, w))
     # The low levels (most of the work) are unrolled with exact static sizes; the remaining
     # levels run in fori_loops of _CHUNK levels, each with the pair-slot count of its first
     # level: few compiled bodies (compile time grows slowly in n), and the top levels do not
