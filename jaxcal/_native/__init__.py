@@ -14,8 +14,9 @@ TPU programs use the merge tree).
 The kernel is used when the shared library was built (a C++17 compiler at install time;
 the build is optional) and passes a small self-test against a known answer when first
 loaded. ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX path is then
-used on CPU too). The library keeps its work buffers per thread between calls (about 60
-bytes per point of the largest problem seen), so that repeated calls do not pay page faults.
+used on CPU too). The library keeps one set of work buffers between calls (64 bytes per
+point of the largest problem seen, up to 2**24 points; larger problems allocate and free
+their own), so that repeated calls do not pay page faults.
 """
 
 from __future__ import annotations

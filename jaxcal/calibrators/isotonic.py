@@ -17,8 +17,9 @@ Stable public signatures (other modules build on them; do not change):
     \text{ within each group,}\quad y_{\min} \le f \le y_{\max},
 
 exactly, by the weighted pool-adjacent-violators algorithm (Ayer et al. 1955; Barlow et al.
-1972) in ``jaxcal.calibrators._pav``: no host callbacks, so it runs inside ``jit`` (on CPU,
-GPU, TPU) and under ``vmap``. Tied scores are pooled (one fitted value per tie class, as in
+1972): in CPU programs the compiled sequential kernel of ``jaxcal._native`` (an XLA FFI
+handler), elsewhere the pure-JAX merge tree of ``jaxcal.calibrators._pav``. Neither is a
+host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied scores are pooled (one fitted value per tie class, as in
 scikit-learn). Clipping after PAV solves the bounded problem exactly (the clipped isotonic
 solution is the bounded isotonic solution). Many independent problems (per field, per rank,
 per user) are one call with integer ``group`` ids; PAV never pools across groups.
@@ -153,7 +154,9 @@ def isotonic_regression(
     Solves :math:`\min_f \sum_i w_i (y_i - f_i)^2` subject to :math:`f_i \le f_j` whenever
     :math:`x_i < x_j` in the same group (:math:`\ge` if ``increasing=False``), tied ``x``
     sharing one value, then clips to ``[y_min, y_max]`` (exact for the bounded problem).
-    Weighted PAV as a merge tree (``jaxcal.calibrators._pav``), ``O(n log n)``.
+    Weighted PAV, ``O(n log n)``: in CPU programs the compiled sequential kernel
+    (``jaxcal._native``, if built), elsewhere the pure-JAX merge tree
+    (``jaxcal.calibrators._pav``); ``jax.lax.platform_dependent`` picks per program.
 
     Called with concrete arrays it validates eagerly (``ValueError``); called on tracers
     (inside ``jit`` or ``vmap``) it trusts its inputs. Under ``vmap`` every batch row is an
