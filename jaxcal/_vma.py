@@ -14,7 +14,10 @@ import jax
 
 
 def _vma(a) -> frozenset:
-    aval = jax.typeof(a)
+    typeof = getattr(jax, "typeof", None)  # JAX >= 0.6
+    if typeof is None:
+        return frozenset()
+    aval = typeof(a)
     mat = getattr(aval, "manual_axis_type", None)  # JAX >= 0.9
     if mat is not None:
         return frozenset(mat.varying)

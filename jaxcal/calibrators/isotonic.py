@@ -19,9 +19,10 @@ Stable public signatures (other modules build on them; do not change):
 exactly, by the weighted pool-adjacent-violators algorithm (Ayer et al. 1955; Barlow et al.
 1972): in CPU programs the compiled sequential kernel of ``jaxcal._native`` (an XLA FFI
 handler), elsewhere the pure-JAX merge tree of ``jaxcal.calibrators._pav``. Neither is a
-host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied scores are pooled (one fitted value per tie class, as in
-scikit-learn). Clipping after PAV solves the bounded problem exactly (the clipped isotonic
-solution is the bounded isotonic solution). Many independent problems (per field, per rank,
+host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied
+scores are pooled (one fitted value per tie class, as in scikit-learn). Clipping after PAV
+solves the bounded problem exactly (the clipped isotonic solution is the bounded isotonic
+solution). Many independent problems (per field, per rank,
 per user) are one call with integer ``group`` ids; PAV never pools across groups.
 
 ``IsotonicCalibration`` is the calibrator (Zadrozny & Elkan 2002): isotonic regression of the

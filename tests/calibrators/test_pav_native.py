@@ -191,6 +191,12 @@ def test_vmap_rows_equal_a_loop_and_no_recompile():
     before = f._cache_size()
     f(x + 1.0, y, w).block_until_ready()
     assert f._cache_size() == before
+    # rows with their own group ids (each row: three interleaved groups)
+    g = rng.integers(0, 3, x.shape)
+    batched = np.asarray(jax.jit(jax.vmap(pav_fitted_cpu))(x, y, w, g))
+    for row in range(5):
+        ref = _sklearn(x[row], y[row], w[row], g[row])
+        np.testing.assert_allclose(batched[row], ref, atol=EXACT)
 
 
 def test_isotonic_regression_picks_the_kernel_inside_jit_and_vmap():
