@@ -27,7 +27,8 @@ setup(
             sources=["jaxcal/_native/pav_cpu.cc"],
             include_dirs=[_xla_ffi_include()],
             language="c++",
-            extra_compile_args=["-std=c++17", "-O3", "-Wno-return-type"],
+            # the warnings silenced come from the XLA FFI headers
+            extra_compile_args=["-std=c++17", "-O3", "-Wno-return-type", "-Wno-attributes"],
             optional=True,
         )
     ]

@@ -9,7 +9,9 @@ pooling and stack PAV. It is not a host callback: XLA calls it inside the compil
 so it works under ``jit`` and ``vmap`` (every leading batch index is one problem; under
 ``jax.shard_map`` over those rows each device solves its own), and
 ``jax.lax.platform_dependent`` picks it only when the program is compiled for CPU (GPU and
-TPU programs use the merge tree).
+TPU programs use the merge tree). :func:`pav_fitted_cpu` returns per-point fitted values
+(``isotonic_regression``), :func:`pav_runs_cpu` the runs and blocks of one problem (the
+knots of ``IsotonicCalibration``).
 
 The kernel is used when the shared library was built (a C++17 compiler at install time;
 the build is optional) and passes a small self-test against a known answer when first
@@ -33,10 +35,11 @@ import numpy as np
 
 from jaxcal._vma import varying_like
 
-__all__ = ["pav_cpu_available", "pav_fitted_cpu", "ENV"]
+__all__ = ["pav_cpu_available", "pav_fitted_cpu", "pav_runs_cpu", "ENV"]
 
 ENV = "JAXCAL_NATIVE"
 _TARGET = "jaxcal_pav_cpu"
+_RUNS_TARGET = "jaxcal_pav_runs_cpu"
 
 
 def _library_path() -> Path | None:
@@ -57,6 +60,8 @@ def _register() -> bool:
     try:
         library = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(library.JaxcalPavCpu), "cpu")
+        runs = jax.ffi.pycapsule(library.JaxcalPavRunsCpu)
+        jax.ffi.register_ffi_target(_RUNS_TARGET, runs, "cpu")
     except Exception:  # not loadable here (another platform's build, a broken file)
         return False
     return True
@@ -120,11 +125,7 @@ def pav_fitted_cpu(
     Raises:
         RuntimeError: if the kernel is not available (see :func:`pav_cpu_available`).
     """
-    if not _register():
-        raise RuntimeError(
-            "jaxcal's compiled CPU kernel is not available (not built at install, or built "
-            "against an incompatible jaxlib); use jaxcal.calibrators._pav.pav instead."
-        )
+    _require()
     has_group = group is not None
     if not has_group:
         group = jnp.zeros((*x.shape[:-1], 1), jnp.int32)
@@ -135,3 +136,42 @@ def pav_fitted_cpu(
     )
     out = call(x, y.astype(x.dtype), w.astype(x.dtype), group, has_group=has_group)
     return varying_like(out, x, y, w, group)  # FFI calls drop shard_map's varying axes
+
+
+def pav_runs_cpu(x: jax.Array, y: jax.Array, w: jax.Array):
+    """The run-level result of the weighted isotonic regression of ``y`` on ``x`` (one
+    problem per leading index, no groups), from the compiled CPU kernel; what a fitted
+    calibrator's knots need. Traceable; CPU programs only.
+
+    Args:
+        x: ``[..., n]`` float32 or float64 scores.
+        y: ``[..., n]`` targets, same dtype.
+        w: ``[..., n]`` non-negative weights, same dtype.
+
+    Returns:
+        ``(run_x, run_weight, run_value, block_start, n_runs)``: the distinct scores in
+        increasing order, their total weights and fitted values, whether each run starts a
+        PAV block (``[..., n]`` each, valid for the first ``n_runs``), and ``n_runs``
+        (``[...]`` int32).
+
+    Raises:
+        RuntimeError: if the kernel is not available (see :func:`pav_cpu_available`).
+    """
+    _require()
+    row = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    flags = jax.ShapeDtypeStruct(x.shape, jnp.int32)
+    count = jax.ShapeDtypeStruct(x.shape[:-1], jnp.int32)
+    call = jax.ffi.ffi_call(
+        _RUNS_TARGET, (row, row, row, flags, count), vmap_method="broadcast_all"
+    )
+    run_x, run_w, run_v, start, n_runs = call(x, y.astype(x.dtype), w.astype(x.dtype))
+    out = (run_x, run_w, run_v, start.astype(bool), n_runs)
+    return varying_like(out, x, y, w)
+
+
+def _require() -> None:
+    if not _register():
+        raise RuntimeError(
+            "jaxcal's compiled CPU kernel is not available (not built at install, or built "
+            "against an incompatible jaxlib); use jaxcal.calibrators._pav.pav instead."
+        )

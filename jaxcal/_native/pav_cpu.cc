@@ -22,6 +22,10 @@
 // tree up to the rounding of sums. Inputs are [..., n]: every leading index is one
 // independent problem (this is how vmap reaches the handler). Clipping and the
 // decreasing direction are applied by the JAX caller.
+//
+// Two handlers: JaxcalPavCpu returns the fitted value of every point (with groups);
+// JaxcalPavRunsCpu returns the runs (distinct scores, weights, fitted values, block
+// starts) of one problem, which is what a fitted calibrator's knots are made of.
 
 #include <algorithm>
 #include <cmath>
@@ -317,6 +321,54 @@ void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
   }
 }
 
+// The run-level result of one problem (no groups) from its sorted points `s`: run scores,
+// weights and fitted values, and which runs start a PAV block, for runs 0 .. n_runs - 1
+// (entries beyond are 0, with block_start 1). `stack` is scratch (first run of each block
+// in .key, weighted sum in .y, weight in .w).
+template <typename T>
+int64_t PoolRuns(const Arrays& s, const Arrays& stack, int64_t len, T* run_x, T* run_w,
+                 T* run_value, int32_t* block_start) {
+  uint64_t* brun = stack.key;
+  double* by = stack.y;
+  double* bw = stack.w;
+  int64_t top = -1, n_runs = 0;
+  for (int64_t p = 0; p < len;) {
+    double ry = 0.0, rw = 0.0;
+    const uint64_t k = s.key[p];
+    for (; p < len && s.key[p] == k; ++p) {
+      ry += s.w[p] * s.y[p];
+      rw += s.w[p];
+    }
+    run_x[n_runs] = static_cast<T>(KeyValue(k));  // exact: keys of T's values
+    run_w[n_runs] = static_cast<T>(rw);
+    ++top;
+    brun[top] = static_cast<uint64_t>(n_runs++);
+    by[top] = ry;
+    bw[top] = rw;
+    while (top > 0) {
+      const double ly = by[top - 1], lw = bw[top - 1];
+      const double uy = by[top], uw = bw[top];
+      if (!(lw == 0.0 || uw == 0.0 || ly * uw >= uy * lw)) break;
+      by[top - 1] = ly + uy;
+      bw[top - 1] = lw + uw;
+      --top;
+    }
+  }
+  for (int64_t b = 0; b <= top; ++b) {
+    const T value = static_cast<T>(bw[b] > 0.0 ? by[b] / bw[b] : 0.0);
+    const int64_t last = b == top ? n_runs : static_cast<int64_t>(brun[b + 1]);
+    for (int64_t r = static_cast<int64_t>(brun[b]); r < last; ++r) {
+      run_value[r] = value;
+      block_start[r] = r == static_cast<int64_t>(brun[b]);
+    }
+  }
+  for (int64_t r = n_runs; r < len; ++r) {
+    run_x[r] = run_w[r] = run_value[r] = T(0);
+    block_start[r] = 1;
+  }
+  return n_runs;
+}
+
 // Loads points [0, len) of the inputs into `a` at [0, len), with input positions from `pos0`.
 template <typename T>
 void Fill(const Arrays& a, int64_t len, const T* x, const T* y, const T* w, int64_t pos0) {
@@ -382,6 +434,24 @@ void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, 
   }
 }
 
+// One workspace shared by all calls (XLA may run a handler on any of its threads); a call
+// that finds it busy, or whose problems are too large to keep memory for (kKeepMax points:
+// ~1 GiB), uses a workspace of its own that is freed on return.
+class WorkspaceLease {
+ public:
+  explicit WorkspaceLease(int64_t n) : lock_(mutex_, std::defer_lock) {
+    if (n <= kKeepMax) lock_.try_lock();
+    if (!lock_.owns_lock()) own_ = std::make_unique<Workspace>();
+  }
+  Workspace& get() { return lock_.owns_lock() ? shared_ : *own_; }
+
+ private:
+  static inline std::mutex mutex_;
+  static inline Workspace shared_;
+  std::unique_lock<std::mutex> lock_;
+  std::unique_ptr<Workspace> own_;
+};
+
 template <typename T>
 ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
                  bool has_group, ffi::Result<ffi::AnyBuffer> out) {
@@ -404,16 +474,8 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   const T* yp = static_cast<const T*>(y.untyped_data());
   const T* wp = static_cast<const T*>(w.untyped_data());
   T* op = static_cast<T*>(out->untyped_data());
-  // One workspace shared by all calls (XLA may run the handler on any of its threads);
-  // a call that finds it busy, or whose problems are too large to keep memory for
-  // (kKeepMax points: ~1 GiB), uses a workspace of its own that is freed on return.
-  static std::mutex shared_mutex;
-  static Workspace shared;
-  std::unique_lock<std::mutex> lock(shared_mutex, std::defer_lock);
-  if (n <= kKeepMax) lock.try_lock();
-  std::unique_ptr<Workspace> own;
-  if (!lock.owns_lock()) own = std::make_unique<Workspace>();
-  Workspace& ws = lock.owns_lock() ? shared : *own;
+  WorkspaceLease lease(n);
+  Workspace& ws = lease.get();
   for (int64_t b = 0; b < total / n; ++b) {
     const int64_t at = b * n;
     if (!has_group) {
@@ -444,6 +506,65 @@ ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::An
   return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
 }
 
+template <typename T>
+ffi::Error SolveRuns(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
+                     ffi::Result<ffi::AnyBuffer> run_x, ffi::Result<ffi::AnyBuffer> run_w,
+                     ffi::Result<ffi::AnyBuffer> run_value,
+                     ffi::Result<ffi::Buffer<ffi::S32>> block_start,
+                     ffi::Result<ffi::Buffer<ffi::S32>> n_runs) {
+  const auto dims = x.dimensions();
+  if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
+  const int64_t n = dims.back();
+  const int64_t total = static_cast<int64_t>(x.element_count());
+  if (y.element_count() != x.element_count() || w.element_count() != x.element_count()) {
+    return ffi::Error::InvalidArgument("pav_cpu: x, y and w must have one shape");
+  }
+  if (n == 0 || total == 0) return ffi::Error::Success();
+  if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
+  WorkspaceLease lease(n);
+  Workspace& ws = lease.get();
+  ws.Reserve(n);
+  for (int64_t b = 0; b < total / n; ++b) {
+    const int64_t at = b * n;
+    Fill(ws.a(), n, static_cast<const T*>(x.untyped_data()) + at,
+         static_cast<const T*>(y.untyped_data()) + at,
+         static_cast<const T*>(w.untyped_data()) + at, 0);
+    SortInto(ws, ws.a(), ws.b(), 0, n, /*float_keys=*/true, 0);
+    n_runs->typed_data()[b] = static_cast<int32_t>(
+        PoolRuns<T>(ws.b(), ws.a(), n, static_cast<T*>(run_x->untyped_data()) + at,
+                    static_cast<T*>(run_w->untyped_data()) + at,
+                    static_cast<T*>(run_value->untyped_data()) + at,
+                    block_start->typed_data() + at));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error PavRunsImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
+                       ffi::Result<ffi::AnyBuffer> run_x, ffi::Result<ffi::AnyBuffer> run_w,
+                       ffi::Result<ffi::AnyBuffer> run_value,
+                       ffi::Result<ffi::Buffer<ffi::S32>> block_start,
+                       ffi::Result<ffi::Buffer<ffi::S32>> n_runs) {
+  const ffi::DataType t = x.element_type();
+  if (y.element_type() != t || w.element_type() != t || run_x->element_type() != t ||
+      run_w->element_type() != t || run_value->element_type() != t) {
+    return ffi::Error::InvalidArgument("pav_cpu: x, y, w and the outputs must share a dtype");
+  }
+  if (static_cast<int64_t>(x.element_count()) > int64_t{0x7FFFFFFF}) {
+    return ffi::Error::InvalidArgument("pav_cpu: run counts are int32");
+  }
+  try {
+    if (t == ffi::DataType::F64) {
+      return SolveRuns<double>(x, y, w, run_x, run_w, run_value, block_start, n_runs);
+    }
+    if (t == ffi::DataType::F32) {
+      return SolveRuns<float>(x, y, w, run_x, run_w, run_value, block_start, n_runs);
+    }
+  } catch (const std::bad_alloc&) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pav_cpu: out of memory");
+  }
+  return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcalPavCpu, PavImpl,
@@ -454,3 +575,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcalPavCpu, PavImpl,
                                   .Arg<ffi::AnyBuffer>()  // group [..., n] or a dummy
                                   .Attr<bool>("has_group")
                                   .Ret<ffi::AnyBuffer>());  // fitted [..., n]
+
+// The run-level result of each problem (no groups), for the knots of a fitted calibrator.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcalPavRunsCpu, PavRunsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()            // x [..., n]
+                                  .Arg<ffi::AnyBuffer>()            // y [..., n]
+                                  .Arg<ffi::AnyBuffer>()            // w [..., n]
+                                  .Ret<ffi::AnyBuffer>()            // run_x [..., n]
+                                  .Ret<ffi::AnyBuffer>()            // run_weight [..., n]
+                                  .Ret<ffi::AnyBuffer>()            // run_value [..., n]
+                                  .Ret<ffi::Buffer<ffi::S32>>()     // block_start [..., n]
+                                  .Ret<ffi::Buffer<ffi::S32>>());  // n_runs [...]

@@ -58,7 +58,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
-from jaxcal._native import pav_cpu_available, pav_fitted_cpu
+from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
 from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
@@ -132,12 +132,25 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, native: 
     return jnp.clip(fitted, lo, hi)
 
 
-@functools.partial(jax.jit, static_argnames=("has_group",))
-def _pav_core(x, y, w, group, increasing, *, has_group: bool):
-    """The run-level outputs (no per-point ``fitted`` / ``run_of_point``: the knots of a
-    fitted calibrator need only the runs)."""
-    r = _pav_of(x, y, w, group, increasing, has_group)
-    return r._replace(fitted=None, run_of_point=None)
+@functools.partial(jax.jit, static_argnames=("native",))
+def _pav_runs(x, y, w, increasing, *, native: bool):
+    """The run-level result of one problem, what the knots of a fitted calibrator need:
+    ``(run_x, run_weight, run_value, block_start, n_runs)`` (no per-point outputs). With
+    ``native``, CPU programs take it from the compiled kernel."""
+    u = jnp.where(increasing, x, -x)
+
+    def portable(u, y, w):
+        r = pav(u, y, w)
+        return r.run_x, r.run_weight, r.run_value, r.block_start, r.n_runs.astype(jnp.int32)
+
+    def cpu(u, y, w):  # padded to the merge tree's power-of-two run arrays
+        *runs, n_runs = pav_runs_cpu(u, y, w)
+        extra = (1 << max(int(u.shape[0] - 1).bit_length(), 0)) - u.shape[0]
+        runs = [jnp.pad(a, (0, extra), constant_values=i == 3) for i, a in enumerate(runs)]
+        return (*runs, n_runs)
+
+    args = (u, y, w)
+    return lax.platform_dependent(*args, cpu=cpu, default=portable) if native else portable(*args)
 
 
 def isotonic_regression(
@@ -236,23 +249,25 @@ def isotonic_knots(
     weighted mean score with the first / last block at the data minimum / maximum (CIR).
     ``u`` is strictly increasing and ``v`` non-decreasing.
     """
-    x, y, w, _ = _pad(x if increasing else -x, y, w)
-    x = x if increasing else -x
-    r = jax.device_get(
-        _pav_core(
-            jnp.asarray(x),
-            jnp.asarray(y),
-            jnp.asarray(w),
-            jnp.zeros((), jnp.int32),
+    keep = w > 0  # as scikit-learn: zero-weight points neither move the fit nor add knots
+    x, y, w = x[keep], y[keep], w[keep]
+    native = pav_cpu_available()
+    if not (native and jax.default_backend() == "cpu"):  # few shapes for the merge tree
+        x, y, w, _ = _pad(x if increasing else -x, y, w)
+        x = x if increasing else -x
+    dtype = jnp.result_type(float)
+    run_x, run_w, run_v, run_start, n_runs = jax.device_get(
+        _pav_runs(
+            *(jnp.asarray(a, dtype) for a in (x, y, w)),
             jnp.asarray(bool(increasing)),
-            has_group=False,
+            native=native,
         )
     )
-    k = int(r.n_runs)
-    rx = np.asarray(r.run_x)[:k]
-    rv = np.asarray(r.run_value)[:k]
-    rw = np.asarray(r.run_weight)[:k]
-    start = np.asarray(r.block_start)[:k].copy()
+    k = int(n_runs)
+    rx = np.asarray(run_x)[:k]
+    rv = np.asarray(run_v)[:k]
+    rw = np.asarray(run_w)[:k]
+    start = np.asarray(run_start)[:k].copy()
     start[0] = True
     block = np.cumsum(start) - 1
     nb = int(block[-1]) + 1

@@ -53,6 +53,7 @@ def test_equals_sklearn_weighted_with_ties(increasing):
         np.testing.assert_allclose(ours, ref, rtol=0, atol=EXACT)
 
 
+@pytest.mark.usefixtures("pav_path")
 @pytest.mark.parametrize("interpolation", ["linear", "step"])
 def test_calibrator_predict_matches_sklearn_off_grid(interpolation):
     rng = np.random.default_rng(1)
@@ -244,6 +245,7 @@ def _auc(s, y):
     return roc_auc_score(y, s)
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
     rng = np.random.default_rng(6)
     n = 64
@@ -268,6 +270,7 @@ def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
     assert np.unique(np.asarray(plain.predict(fresh))).size > np.unique(step.predict(fresh)).size
 
 
+@pytest.mark.usefixtures("pav_path")
 def test_trim_and_ips_targets_clipped():
     rng = np.random.default_rng(7)
     s = rng.normal(size=60)

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
-from jaxcal._native import ENV, pav_cpu_available, pav_fitted_cpu
+from jaxcal._native import ENV, pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal.calibrators._pav import pav
-from jaxcal.calibrators.isotonic import isotonic_regression
+from jaxcal.calibrators.isotonic import isotonic_knots, isotonic_regression
 
 EXACT = 1e-9  # float64, as against scikit-learn elsewhere
 
@@ -290,3 +290,44 @@ def test_rows_under_shard_map_on_four_devices(path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")
+
+
+@pytest.mark.parametrize("n", [1, 7, 300, 20_000])
+def test_runs_equal_the_merge_tree_runs(n):
+    """The run-level kernel (a calibrator's knots) against the merge tree's runs: the same
+    distinct scores, run weights, fitted values and block starts; and the knots of both
+    paths (thresholds, CIR centres, decreasing maps) are equal."""
+    rng = np.random.default_rng(n)
+    x = np.round(rng.normal(size=n), 2)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * x))).astype(float)
+    w = rng.uniform(0.1, 3.0, n)
+    run_x, run_w, run_v, start, k = jax.jit(pav_runs_cpu)(x, y, w)
+    ref = jax.jit(pav)(x, y, w)
+    k = int(k)
+    assert k == int(ref.n_runs) == np.unique(x).size
+    np.testing.assert_array_equal(np.asarray(run_x)[:k], np.unique(x))
+    np.testing.assert_allclose(np.asarray(run_w)[:k], np.asarray(ref.run_weight)[:k])
+    np.testing.assert_allclose(np.asarray(run_v)[:k], np.asarray(ref.run_value)[:k], atol=EXACT)
+    np.testing.assert_array_equal(np.asarray(start)[:k], np.asarray(ref.block_start)[:k])
+    for kw in ({}, {"centred": True}, {"increasing": False}):
+        native = isotonic_knots(x, y, w, **kw)
+        os.environ[ENV] = "0"
+        try:
+            portable = isotonic_knots(x, y, w, **kw)
+        finally:
+            os.environ.pop(ENV)
+        for a, b in zip(native, portable, strict=True):
+            np.testing.assert_allclose(a, b, atol=EXACT)
+
+
+def test_knots_ignore_zero_weight_points():
+    """As in scikit-learn, zero-weight points add no knots (so both paths agree)."""
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=200), rng.uniform(size=200)
+    w = np.where(rng.uniform(size=200) < 0.3, 0.0, 1.0)
+    u, v = isotonic_knots(x, y, w)
+    u_ref, v_ref = isotonic_knots(x[w > 0], y[w > 0], w[w > 0])
+    np.testing.assert_array_equal(u, u_ref)
+    np.testing.assert_allclose(v, v_ref, atol=EXACT)
+    ir = IsotonicRegression(out_of_bounds="clip").fit(x, y, sample_weight=w)
+    np.testing.assert_allclose(np.interp(x, u, v), ir.predict(x), atol=EXACT)
