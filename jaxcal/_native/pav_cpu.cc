@@ -282,19 +282,20 @@ void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, 
 }
 
 // Stack PAV over the sorted points [off, off + len) of one group: tied scores form runs,
-// a run is pushed once complete, and the two top blocks pool while they violate. Writes
-// each block's mean to its points' input positions. `stack` is scratch (block start in
-// .key, weighted sum in .y, weight in .w).
-template <typename T>
-void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len, T* out) {
-  uint64_t* bstart = stack.key;
+// a run is pushed once complete, and the two top blocks pool while they violate
+// (mean(left) >= mean(right), or either has zero weight). `on_run(first position, key,
+// weight)` is called once per run and returns the run's tag; a block keeps the tag of its
+// first run. Returns the number of blocks; block b is (tag, weighted sum, weight) in
+// `stack` (.key, .y, .w) at index b.
+template <typename OnRun>
+int64_t StackPav(const Arrays& s, const Arrays& stack, int64_t off, int64_t len, OnRun on_run) {
+  uint64_t* tag = stack.key;
   double* by = stack.y;
   double* bw = stack.w;
   int64_t top = -1;
-  int64_t p = off;
   const int64_t end = off + len;
-  while (p < end) {
-    const int64_t run_start = p;
+  for (int64_t p = off; p < end;) {
+    const int64_t first = p;
     double ry = 0.0, rw = 0.0;
     const uint64_t k = s.key[p];
     for (; p < end && s.key[p] == k; ++p) {
@@ -302,7 +303,7 @@ void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
       rw += s.w[p];
     }
     ++top;
-    bstart[top] = static_cast<uint64_t>(run_start);
+    tag[top] = static_cast<uint64_t>(on_run(first, k, rw));
     by[top] = ry;
     bw[top] = rw;
     while (top > 0) {
@@ -314,52 +315,43 @@ void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
       --top;
     }
   }
-  for (int64_t b = 0; b <= top; ++b) {
-    const T value = static_cast<T>(bw[b] > 0.0 ? by[b] / bw[b] : 0.0);
-    const int64_t last = b == top ? end : static_cast<int64_t>(bstart[b + 1]);
-    for (int64_t q = static_cast<int64_t>(bstart[b]); q < last; ++q) out[s.pos[q]] = value;
+  return top + 1;
+}
+
+inline double BlockMean(double sum, double weight) { return weight > 0.0 ? sum / weight : 0.0; }
+
+// PAV of one group's sorted points [off, off + len), each block's mean written to its
+// points' input positions. `stack` is scratch.
+template <typename T>
+void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len, T* out) {
+  const int64_t n_blocks =
+      StackPav(s, stack, off, len, [](int64_t first, uint64_t, double) { return first; });
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const T value = static_cast<T>(BlockMean(stack.y[b], stack.w[b]));
+    const int64_t last = b + 1 == n_blocks ? off + len : static_cast<int64_t>(stack.key[b + 1]);
+    for (int64_t q = static_cast<int64_t>(stack.key[b]); q < last; ++q) out[s.pos[q]] = value;
   }
 }
 
 // The run-level result of one problem (no groups) from its sorted points `s`: run scores,
 // weights and fitted values, and which runs start a PAV block, for runs 0 .. n_runs - 1
-// (entries beyond are 0, with block_start 1). `stack` is scratch (first run of each block
-// in .key, weighted sum in .y, weight in .w).
+// (entries beyond are 0, with block_start 1). `stack` is scratch.
 template <typename T>
 int64_t PoolRuns(const Arrays& s, const Arrays& stack, int64_t len, T* run_x, T* run_w,
                  T* run_value, int32_t* block_start) {
-  uint64_t* brun = stack.key;
-  double* by = stack.y;
-  double* bw = stack.w;
-  int64_t top = -1, n_runs = 0;
-  for (int64_t p = 0; p < len;) {
-    double ry = 0.0, rw = 0.0;
-    const uint64_t k = s.key[p];
-    for (; p < len && s.key[p] == k; ++p) {
-      ry += s.w[p] * s.y[p];
-      rw += s.w[p];
-    }
-    run_x[n_runs] = static_cast<T>(KeyValue(k));  // exact: keys of T's values
-    run_w[n_runs] = static_cast<T>(rw);
-    ++top;
-    brun[top] = static_cast<uint64_t>(n_runs++);
-    by[top] = ry;
-    bw[top] = rw;
-    while (top > 0) {
-      const double ly = by[top - 1], lw = bw[top - 1];
-      const double uy = by[top], uw = bw[top];
-      if (!(lw == 0.0 || uw == 0.0 || ly * uw >= uy * lw)) break;
-      by[top - 1] = ly + uy;
-      bw[top - 1] = lw + uw;
-      --top;
-    }
-  }
-  for (int64_t b = 0; b <= top; ++b) {
-    const T value = static_cast<T>(bw[b] > 0.0 ? by[b] / bw[b] : 0.0);
-    const int64_t last = b == top ? n_runs : static_cast<int64_t>(brun[b + 1]);
-    for (int64_t r = static_cast<int64_t>(brun[b]); r < last; ++r) {
+  int64_t n_runs = 0;
+  const int64_t n_blocks = StackPav(s, stack, 0, len, [&](int64_t, uint64_t key, double w) {
+    run_x[n_runs] = static_cast<T>(KeyValue(key));  // exact: keys of T's values
+    run_w[n_runs] = static_cast<T>(w);
+    return n_runs++;
+  });
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const T value = static_cast<T>(BlockMean(stack.y[b], stack.w[b]));
+    const int64_t first = static_cast<int64_t>(stack.key[b]);
+    const int64_t last = b + 1 == n_blocks ? n_runs : static_cast<int64_t>(stack.key[b + 1]);
+    for (int64_t r = first; r < last; ++r) {
       run_value[r] = value;
-      block_start[r] = r == static_cast<int64_t>(brun[b]);
+      block_start[r] = r == first;
     }
   }
   for (int64_t r = n_runs; r < len; ++r) {
