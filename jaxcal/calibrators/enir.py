@@ -347,16 +347,17 @@ def _segments(path: _Path, y, s1, s0, real):
     )
 
 
-def _breakpoint_bounds(path: _Path, y, s1, s0, real, log_n, eps):
+def _breakpoint_bounds(path: _Path, y, s1, s0, real, log_n, eps, seg=None):
     """Lower bound on the BIC of the breakpoint model logged before each merge (``[N]``).
 
     Over its span of breakpoints a segment's value moves linearly between two known ends,
     so its log-loss at any breakpoint in the span is at least the least log-loss over that
     interval (``_least_log_loss``). Summing the segments alive at each breakpoint (a
     difference array) and adding ``K log N`` bounds the BIC: ``O(R log R)`` in all.
+    ``seg``: the path's ``_segments``, if the caller has them already.
     """
     n = y.shape[0]
-    seg = _segments(path, y, s1, s0, real)
+    seg = _segments(path, y, s1, s0, real) if seg is None else seg
     lam_at = jnp.concatenate([path.event_float[:, 0], jnp.zeros(1, y.dtype)])
     lam_at = lam_at.at[path.n_events].set(path.lam)
     v_end = _at(seg["v0"], seg["lam0"], seg["slope"], lam_at[seg["last"]])
@@ -414,7 +415,8 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
     lw_final = _log_weight(final, s1, s0, real, path.n_groups, log_n, eps)
     n_models = path.n_models + 1
     margin = 2.0 * (_LOG_W_MARGIN + jnp.log(n_models.astype(y.dtype)))
-    bound = _breakpoint_bounds(path, y, s1, s0, real, log_n, eps)
+    seg = _segments(path, y, s1, s0, real)
+    bound = _breakpoint_bounds(path, y, s1, s0, real, log_n, eps, seg)
     bound = jnp.concatenate([bound, jnp.zeros(1, y.dtype)])  # models k = 0 .. N
     slack = 1e-9 * (jnp.abs(bound) + jnp.abs(lw_final))
     n_ev = path.n_events
@@ -427,7 +429,6 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
     n_scored = jnp.sum(scored)
     k_of_rank = jnp.nonzero(scored, size=n + 1, fill_value=n)[0].astype(jnp.int32)
 
-    seg = _segments(path, y, s1, s0, real)
     valid, first, last = seg["valid"], seg["first"], seg["last"]
     v0, lam0, slope, S1, S0 = (seg[k] for k in ("v0", "lam0", "slope", "S1", "S0"))
     rank_lo = rank_of[first]
@@ -460,14 +461,13 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
 
     _, loss_rank = lax.while_loop(lambda c: c[0] < total, chunk, (jnp.zeros_like(total), loss_rank))
     n_real = jnp.sum(real).astype(jnp.int32)
-    k_rank = k_of_rank
-    lw = -loss_rank - 0.5 * (n_real - k_rank).astype(y.dtype) * log_n
+    lw = -loss_rank - 0.5 * (n_real - k_of_rank).astype(y.dtype) * log_n
     lw = jnp.where(jnp.arange(n + 1) < n_scored, lw, -jnp.inf)
     lse = jax.nn.logsumexp(lw)
     weight = jnp.exp(lw - lse)  # by rank
     # per-segment sums of w_k and w_k lambda_k over its span, by prefix sums over ranks
     P0 = jnp.concatenate([jnp.zeros(1, y.dtype), jnp.cumsum(weight)])
-    P1 = jnp.concatenate([jnp.zeros(1, y.dtype), jnp.cumsum(weight * lam_k[k_rank])])
+    P1 = jnp.concatenate([jnp.zeros(1, y.dtype), jnp.cumsum(weight * lam_k[k_of_rank])])
     hi = jnp.maximum(rank_hi, rank_lo)
     omega = P0[hi] - P0[rank_lo]
     lam_sum = P1[hi] - P1[rank_lo]

@@ -22,8 +22,8 @@ handler), elsewhere the pure-JAX merge tree of ``jaxcal.calibrators._pav``. Neit
 host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied
 scores are pooled (one fitted value per tie class, as in scikit-learn). Clipping after PAV
 solves the bounded problem exactly (the clipped isotonic solution is the bounded isotonic
-solution). Many independent problems (per field, per rank,
-per user) are one call with integer ``group`` ids; PAV never pools across groups.
+solution). Many independent problems (per field, per rank, per user) are one call with
+integer ``group`` ids; PAV never pools across groups.
 
 ``IsotonicCalibration`` is the calibrator (Zadrozny & Elkan 2002): isotonic regression of the
 loss-weighting targets ``t`` with weights ``w`` (``jaxcal.debias.losses``; ``t = Y`` for the
@@ -105,30 +105,32 @@ def _check_bounds(y_min, y_max) -> None:
         raise ValueError(f"y_min must be <= y_max; got y_min={y_min!r} > y_max={y_max!r}.")
 
 
-def _pav_of(x, y, w, group, increasing, has_group: bool):
-    """PAV of ``y`` on ``x`` (or ``-x``); ``increasing`` is traced, so both directions share
-    one compilation per shape."""
-    u = jnp.where(increasing, x, -x)
-    return pav(u, y, w, group if has_group else None)
+def _unpadded(native: bool) -> bool:
+    """Eager calls skip the power-of-two padding when the compiled CPU kernel will run
+    (it compiles in well under a second per length; the merge tree takes seconds)."""
+    return native and jax.default_backend() == "cpu"
 
 
 @functools.partial(jax.jit, static_argnames=("has_group", "native"))
 def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, native: bool):
     """The fitted values only, clipped to ``[lo, hi]`` (XLA then drops the run-level
     outputs that ``isotonic_regression`` does not return: ~25% less time at 1e6 points).
+    ``increasing`` is traced, so both directions share one compilation per shape.
 
     With ``native``, a program compiled for CPU calls the compiled sequential PAV
     (``jaxcal._native``) and programs for other backends the merge tree."""
+    u = jnp.where(increasing, x, -x)
+    g = group if has_group else None
 
-    def portable(x, y, w, group):
-        return _pav_of(x, y, w, group, increasing, has_group).fitted
+    def portable(u, y, w, g):
+        return pav(u, y, w, g).fitted
 
-    def cpu(x, y, w, group):
-        u = jnp.where(increasing, x, -x)
-        return pav_fitted_cpu(u, y, w, group if has_group else None)
-
-    args = (x, y, w, group)
-    fitted = lax.platform_dependent(*args, cpu=cpu, default=portable) if native else portable(*args)
+    args = (u, y, w, g)
+    fitted = (
+        lax.platform_dependent(*args, cpu=pav_fitted_cpu, default=portable)
+        if native
+        else portable(*args)
+    )
     return jnp.clip(fitted, lo, hi)
 
 
@@ -213,8 +215,8 @@ def isotonic_regression(
         w = check_sample_weight(sample_weight, n)
         if group is not None:
             group = check_groups(group, n)
-        if native and jax.default_backend() == "cpu":
-            pass  # the CPU kernel compiles in well under a second per length: no padding
+        if _unpadded(native):
+            pass
         elif not increasing:  # pad with the minimum, which is the top of -x
             x, y, w, group = _pad(-x, y, w, group)
             x = -x
@@ -252,7 +254,7 @@ def isotonic_knots(
     keep = w > 0  # as scikit-learn: zero-weight points neither move the fit nor add knots
     x, y, w = x[keep], y[keep], w[keep]
     native = pav_cpu_available()
-    if not (native and jax.default_backend() == "cpu"):  # few shapes for the merge tree
+    if not _unpadded(native):
         x, y, w, _ = _pad(x if increasing else -x, y, w)
         x = x if increasing else -x
     dtype = jnp.result_type(float)
