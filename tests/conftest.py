@@ -36,6 +36,40 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# Every program JAX traces (then compiles, or loads from a cache) fires this event once; the
+# `compiles` fixture counts them, so tests can assert that a call compiled nothing new.
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_TRACES = [0]
+
+
+def _on_duration_event(name, *args, **kwargs):
+    if name == _TRACE_EVENT:
+        _TRACES[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration_event)
+
+
+class CompileCounter:
+    """``with compiles() as c: ...`` then ``c.count``: programs traced inside the block
+    (jitted functions and eager operations on new shapes alike)."""
+
+    def __enter__(self):
+        self._start = _TRACES[0]
+        self.count = 0
+        return self
+
+    def __exit__(self, *exc):
+        self.count = _TRACES[0] - self._start
+        return False
+
+
+@pytest.fixture
+def compiles():
+    """Factory of :class:`CompileCounter` context managers."""
+    return CompileCounter
+
+
 # Named tolerances (see docs/STYLE): float64 oracle comparisons, float32 paths.
 RTOL64 = 1e-10
 RTOL32 = 1e-5
