@@ -127,7 +127,7 @@ def pad_rows(size: int, *arrays: Any, fills: Sequence[Any] | None = None) -> lis
     valid score, so that the padded entries leave the result unchanged.
     """
     fills = [0] * len(arrays) if fills is None else list(fills)
-    return [None if a is None else pad_axis(a, size, f) for a, f in zip(arrays, fills)]
+    return [None if a is None else pad_axis(a, size, f) for a, f in zip(arrays, fills, strict=True)]
 
 
 def is_traced(*xs: Any) -> bool:
