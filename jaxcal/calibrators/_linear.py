@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -59,8 +60,10 @@ from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 import jaxcal.debias.losses  # noqa: F401
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._serialization import register_serializable
+from jaxcal._shapes import is_traced, map_padded, padded_shape, padded_size, unpad
 from jaxcal._validation import (
     check_batch_inputs,
     check_groups,
@@ -223,7 +226,7 @@ def _fit_inputs(family: LinearLogitFamily, scores, weights):
     return ctx, s, family.constraints(ctx)
 
 
-@functools.partial(jax.jit, static_argnames=("family", "stride"))
+@functools.partial(jit, static_argnames=("family", "stride"))
 def _solve_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol, *, stride):
     """Discriminative fit of one problem, features built inside every data pass."""
     ctx, s, C = _fit_inputs(family, scores, weights)
@@ -243,7 +246,7 @@ def _solve_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter
     return theta, ctx, status
 
 
-@functools.partial(jax.jit, static_argnames=("family", "stride", "lockstep"))
+@functools.partial(jit, static_argnames=("family", "stride", "lockstep"))
 def _solve_batch_jit(
     family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol, *, stride, lockstep
 ):
@@ -266,14 +269,14 @@ def _solve_batch_jit(
     return theta, ctx, status
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
+@functools.partial(jit, static_argnames=("family",))
 def _generative_jit(family: LinearLogitFamily, scores, targets, weights, l2):
     ctx, s = _prepared(family, scores, weights)
     X, C = family.features(s, ctx), family.constraints(ctx)
     return _generative(family, X, s, targets, weights, ctx, C, l2)
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
+@functools.partial(jit, static_argnames=("family",))
 def _generative_batch_jit(family: LinearLogitFamily, scores, targets, weights, l2):
     one = functools.partial(_generative_jit.__wrapped__, family)
     return jax.vmap(one, in_axes=(0, 0, 0, None))(scores, targets, weights, l2)
@@ -399,22 +402,42 @@ class LinearLogitCalibrator(FittedCalibrator):
         """Calibrated logits. Scores of any shape; a batched calibrator (batch shape ``B``)
         takes ``B + (m...)`` scores. Scores outside the training range extrapolate the
         fitted formula (see each family for clipping of transformed scores)."""
-        s = jnp.asarray(maybe_check_scores(scores), self.theta.dtype)
+        return self._apply(scores, _logit_jit)
+
+    def predict(self, scores: ArrayLike) -> jax.Array:
+        """Calibrated probabilities :math:`\\sigma(z)` (same shape as ``scores``)."""
+        return self._apply(scores, _predict_jit)
+
+    def _apply(self, scores: ArrayLike, fn) -> jax.Array:
+        """``fn(self, scores)`` through one jitted program per size bucket (``_shapes``)."""
+        if is_traced(scores, self):
+            return fn(self, jnp.asarray(scores, self.theta.dtype))
+        s = np.asarray(maybe_check_scores(scores), np.dtype(self.theta.dtype))
         nb = self.theta.ndim - 1
         if nb == 0:
-            return self.family.logit(self.theta, s, self.context)
+            return map_padded(lambda flat: fn(self, flat), s)
         if s.shape[:nb] != self.batch_shape:
             raise ValueError(
                 f"a batched calibrator with batch shape {self.batch_shape} needs scores of shape "
                 f"{self.batch_shape} + (m, ...); got {s.shape}."
             )
+        rows = s.reshape(math.prod(self.batch_shape), -1)  # [B, m]
+        m = rows.shape[1]
+        fill = rows[:, :1] if m else np.zeros((rows.shape[0], 1), rows.dtype)
+        size = padded_size(m, total=rows.size)
+        padded = np.concatenate([rows, np.broadcast_to(fill, (rows.shape[0], size - m))], 1)
+        out = fn(self, padded.reshape(self.batch_shape + (size,)))
+        host = np.asarray(out).reshape(rows.shape[0], size)[:, :m]
+        return jax.device_put(host.reshape(s.shape))
+
+    def _logit_core(self, s: jax.Array) -> jax.Array:
+        """Logits of scores ``s`` (``batch_shape + (m...)``), traceable."""
+        nb = self.theta.ndim - 1
+        if nb == 0:
+            return self.family.logit(self.theta, s, self.context)
         ctx = jax.tree_util.tree_map(lambda x: _expand(x, nb, s.ndim), self.context)
         theta = jnp.reshape(self.theta, self.batch_shape + (1,) * (s.ndim - nb) + (-1,))
         return jnp.sum(self.family.features(s, ctx) * theta, axis=-1)
-
-    def predict(self, scores: ArrayLike) -> jax.Array:
-        """Calibrated probabilities :math:`\\sigma(z)` (same shape as ``scores``)."""
-        return jax.nn.sigmoid(self.logit(scores))
 
     def is_monotone_on(self, lo: ArrayLike, hi: ArrayLike, *, rtol: float = 1e-9) -> jax.Array:
         """Whether the map is non-decreasing on ``[lo, hi]`` (exact, via ``monotone_rows``;
@@ -433,6 +456,32 @@ class LinearLogitCalibrator(FittedCalibrator):
     def is_monotone(self, *, rtol: float = 1e-9) -> jax.Array:
         """Whether the map is non-decreasing on its training range."""
         return self.is_monotone_on(self.context.lo, self.context.hi, rtol=rtol)
+
+
+@jit
+def _logit_jit(cal: LinearLogitCalibrator, scores: jax.Array) -> jax.Array:
+    return cal._logit_core(scores)
+
+
+@jit
+def _predict_jit(cal: LinearLogitCalibrator, scores: jax.Array) -> jax.Array:
+    return jax.nn.sigmoid(cal._logit_core(scores))
+
+
+def _pad_problems(target: tuple[int, ...], s, t, w):
+    """Pad ``[n]`` or ``[B, n]`` scores, targets and weights to ``target``: entries of zero
+    weight (scores repeat the row's first one, a valid score), and extra problems that copy
+    the first one (a valid problem whose fit is discarded)."""
+    extra = target[-1] - s.shape[-1]
+    if extra:
+        widths = [(0, 0)] * (s.ndim - 1) + [(0, extra)]
+        s = np.pad(s, widths, mode="edge")
+        t, w = (np.pad(a, widths) for a in (t, w))
+    if s.ndim == 2 and target[0] > s.shape[0]:
+        s, t, w = (
+            np.concatenate([a, np.repeat(a[:1], target[0] - a.shape[0], 0)]) for a in (s, t, w)
+        )
+    return s, t, w
 
 
 def group_to_batch(group: ArrayLike, *arrays: Any):
@@ -539,17 +588,25 @@ class LinearCalibratorEstimator:
         )
 
     def _run(self, fn, s, t, w):
-        dtype = jnp.asarray(0.0).dtype  # float64 iff x64 is enabled
+        """``fn`` on ``(s, t, w)`` (``[n]`` or ``[B, n]``) padded to their size bucket
+        (``jaxcal._shapes``): zero-weight entries, and copies of the first problem as extra
+        problems, sliced off the result."""
+        dtype = np.dtype(jnp.result_type(float))  # float64 iff x64 is enabled
+        s, t, w = (np.asarray(a, dtype) for a in (s, t, w))
+        shape = s.shape
+        s, t, w = _pad_problems(padded_shape(shape), s, t, w)
         # device_put: one copy at most (none for aligned NumPy buffers), unlike jnp.asarray
-        args = [jax.device_put(np.asarray(a, dtype)) for a in (s, t, w)]
-        return fn(
+        out = fn(
             self.family,
-            *args,
-            jnp.asarray(self.l2, dtype),
-            jnp.asarray(int(self.max_iter), jnp.int32),
-            jnp.asarray(default_tol(dtype) if self.tol is None else self.tol, dtype),
+            *(jax.device_put(a) for a in (s, t, w)),
+            np.asarray(self.l2, dtype),
+            np.asarray(int(self.max_iter), np.int32),
+            np.asarray(default_tol(dtype) if self.tol is None else self.tol, dtype),
             method=self.method,
         )
+        if len(shape) == 2 and s.shape[0] != shape[0]:
+            out = jax.tree.map(lambda x: unpad(x, shape[0]), out)
+        return out
 
     def fit(
         self,

@@ -43,7 +43,7 @@ Method (exact for this convex problem):
    enumerated and the feasible candidate with the lowest objective is taken (the optimum
    is the minimiser over the subspace of its own active set, and it is feasible). The
    stages are ``lax.cond`` s, so the usual case costs two Newton solves.
-5. **Sketch, then polish** (``n >= 4096``, :func:`sketch_stride`). Steps 1-4 run first on
+5. **Sketch, then polish** (``n >= 65536``, :func:`sketch_stride`). Steps 1-4 run first on
    the deterministic subsample ``rows[::k]`` (about :math:`16\sqrt n` rows, weights
    rescaled to the full total), which also supplies the standardisation. From the
    sketch's optimum, Newton runs on the full data on the sketch's active set (at most 10
@@ -107,8 +107,9 @@ _MAX_HALVINGS = 40
 # _BLOCK_ROWS rows, whose working set (features, their products) stays in L2 cache.
 _SINGLE_BLOCK_ROWS = 16384
 _BLOCK_ROWS = 4096
-# smallest sketch stride worth a sketch (below it: n < 4096, solve directly)
-_SKETCH_MIN_STRIDE = 4
+# smallest problem worth a sketch: below it a full pass costs less than compiling the
+# sketch's own Newton loop (the sketch is a second problem shape in the program)
+_SKETCH_MIN_ROWS = 1 << 16
 # Newton steps allowed on the full data from the sketch's optimum before falling back
 _POLISH_ITER = 10
 
@@ -176,6 +177,7 @@ class _Problem(NamedTuple):
     C0: jax.Array  # [k, p] constraints in theta coordinates
     Q: jax.Array  # [p, p] l2 * A^T D A
     A: jax.Array  # [p, p]
+    A_inv: jax.Array  # [p, p] its inverse (closed form)
     eta0: jax.Array  # [p] starting point (intercept at logit of the mean target)
 
 
@@ -189,15 +191,16 @@ class _Candidate(NamedTuple):
 
 def sketch_stride(n: int) -> int:
     """Stride ``k`` of the deterministic subsample ``rows[::k]`` that warm-starts a fit of
-    ``n`` rows, or 1 (no sketch) below ``n = 4096``.
+    ``n`` rows, or 1 (no sketch) below ``n = 65,536``.
 
     ``k = floor(sqrt(n) / 16)``, so the sketch has about ``16 sqrt(n)`` rows: its optimum
     is then within ``O(n^{-1/4})`` of the full one in standardised coordinates, close enough
     for three quadratically convergent Newton steps on the full data (e.g. ``k = 62`` at
-    ``n = 10^6``, ``k = 6`` at ``n = 10^4``).
+    ``n = 10^6``). Smaller problems are solved directly: a full data pass then costs
+    microseconds, less than compiling the sketch's Newton loop.
     """
-    k = math.isqrt(max(int(n), 0)) // 16
-    return k if k >= _SKETCH_MIN_STRIDE else 1
+    n = max(int(n), 0)
+    return math.isqrt(n) // 16 if n >= _SKETCH_MIN_ROWS else 1
 
 
 def _blocking(n: int) -> tuple[int, int]:
@@ -266,6 +269,9 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
     A = jnp.diag(1.0 / sd)
     if intercept is not None:
         A = A.at[intercept].add(jnp.where(slope, -centre / sd, 0.0))
+    A_inv = jnp.diag(sd)  # eta = A_inv theta: eta_j = sd_j theta_j, eta_0 += centre . theta
+    if intercept is not None:
+        A_inv = A_inv.at[intercept].add(jnp.where(slope, centre, 0.0))
     Q = l2 * (A.T @ jnp.diag(slope.astype(dtype)) @ A)
     eta0 = jnp.zeros(p, dtype)
     if intercept is not None:
@@ -273,7 +279,7 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
 
     def problem(r, t, w):
-        return _Problem(r, t, w, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, eta0)
+        return _Problem(r, t, w, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, A_inv, eta0)
 
     return problem(rows, t, w), (problem(rs, ts, ws) if stride > 1 else None)
 
@@ -321,16 +327,44 @@ def _value_grad_hess(prob: _Problem, phi, eta):
     return f + 0.5 * eta @ prob.Q @ eta, g + prob.Q @ eta, H + prob.Q
 
 
-def _projector(C, active):
-    """Orthogonal projector onto ``{eta : C_S eta = 0}`` for the rows ``S`` in ``active``.
+def _spd_solve(M, b):
+    """``M^{-1} b`` for a small symmetric positive definite ``M`` (``[p, p]``, ``p <= 4``)
+    and ``b`` of shape ``[p]`` or ``[p, m]``, by an unrolled Cholesky factorisation.
 
-    Built from the SVD of the masked rows (the right singular vectors past the rank
-    ``|S|`` span the subspace), so coordinates the active rows pin are zeroed exactly.
+    Written as scalar arithmetic on the entries (``p`` is static and tiny), so XLA fuses it
+    into a handful of kernels: the solver's programs compile several times faster than
+    with LAPACK calls, whose pivoting and triangular solves each add a dozen kernels.
     """
+    p = M.shape[-1]
+    L = [[None] * p for _ in range(p)]
+    for j in range(p):
+        L[j][j] = jnp.sqrt(M[j, j] - sum((L[j][k] ** 2 for k in range(j)), 0.0))
+        for i in range(j + 1, p):
+            L[i][j] = (M[i, j] - sum((L[i][k] * L[j][k] for k in range(j)), 0.0)) / L[j][j]
+    y: list = []
+    for i in range(p):
+        y.append((b[i] - sum((L[i][k] * y[k] for k in range(i)), 0.0)) / L[i][i])
+    x: list = [None] * p
+    for i in reversed(range(p)):
+        x[i] = (y[i] - sum((L[k][i] * x[k] for k in range(i + 1, p)), 0.0)) / L[i][i]
+    return jnp.stack(x)
+
+
+def _row_gram_solve(C, active, b):
+    """``G^{-1} b`` with ``G = C_S C_S^T + diag(not active)`` (identity on inactive rows)."""
+    Ca = C * active[:, None]
+    G = Ca @ Ca.T + jnp.diag(jnp.where(active, 0.0, 1.0))
+    return _spd_solve(G, b), Ca
+
+
+def _projector(C, active):
+    """Orthogonal projector onto ``{eta : C_S eta = 0}`` for the rows ``S`` in ``active``:
+    ``I - C_S^T (C_S C_S^T)^{-1} C_S`` (the rows are linearly independent)."""
     p = C.shape[1]
-    _, _, vt = jnp.linalg.svd(C * active[:, None], full_matrices=True)
-    keep = jnp.arange(p) >= jnp.sum(active)
-    return vt.T @ (keep[:, None] * vt)
+    if C.shape[0] == 0:
+        return jnp.eye(p, dtype=C.dtype)
+    GinvCa, Ca = _row_gram_solve(C, active, C * active[:, None])
+    return jnp.eye(p, dtype=C.dtype) - Ca.T @ GinvCa
 
 
 def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
@@ -353,7 +387,7 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
         Hs = P @ H @ P
         ridge = eps * jnp.trace(Hs) / jnp.maximum(jnp.trace(P), 1.0)
         gs = P @ g  # the gradient within the subspace
-        d = P @ -jnp.linalg.solve(Hs + ridge * P + (eye - P), gs)
+        d = P @ -_spd_solve(Hs + ridge * P + (eye - P), gs)
         return d, -(gs @ d)
 
     # The loop's first trial is the start itself (alpha * d = 0, accepted against f = inf),
@@ -400,30 +434,36 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
     return _Candidate(eta, f, code, jnp.maximum(it - 1, 0), g)
 
 
-def _subsets(k: int) -> list[tuple[int, ...]]:
-    return [s for r in range(k + 1) for s in itertools.combinations(range(k), r)]
+def _subsets(k: int) -> np.ndarray:
+    """``[2^k - 1, k]`` bool: every non-empty subset of the ``k`` constraint rows."""
+    subs = [S for r in range(1, k + 1) for S in itertools.combinations(range(k), r)]
+    return np.array([[j in S for j in range(k)] for S in subs], bool).reshape(len(subs), k)
 
 
 def _multipliers(prob: _Problem, c: _Candidate, active):
     """Multipliers of the active rows (``grad = C_S^T mu_S``, least squares; 0 elsewhere)."""
+    if prob.C.shape[0] == 0:
+        return jnp.zeros(0, c.grad.dtype)
     Ca = prob.C * active[:, None]
-    G = Ca @ Ca.T + jnp.diag(jnp.where(active, 0.0, 1.0))
-    return jnp.linalg.solve(G, Ca @ c.grad)
+    return _row_gram_solve(prob.C, active, Ca @ c.grad)[0]
+
+
+def _feasible(prob: _Problem, c: _Candidate, active):
+    return jnp.all(active | (prob.C @ c.eta >= 0))
 
 
 def _kkt_ok(prob: _Problem, c: _Candidate, active):
     """Converged, feasible in the inactive rows and multipliers >= 0: the optimum."""
     mu = _multipliers(prob, c, active)
-    feasible = jnp.all(active | (prob.C @ c.eta >= 0))
     scale = jnp.max(jnp.abs(prob.C), axis=1) * prob.W
     dual = jnp.all(mu >= -jnp.sqrt(jnp.finfo(mu.dtype).eps) * 1e-4 * scale)
-    return feasible & dual & (c.code == CONVERGED)
+    return _feasible(prob, c, active) & dual & (c.code == CONVERGED)
 
 
 def _finish(prob: _Problem, c: _Candidate, active) -> tuple[jax.Array, SolverStatus]:
     """Coefficients and status of the selected candidate (KKT quantities in theta scale)."""
     mu = _multipliers(prob, c, active)
-    resid = jnp.linalg.solve(prob.A.T, c.grad - prob.C.T @ mu)  # to theta coordinates
+    resid = prob.A_inv.T @ (c.grad - prob.C.T @ mu)  # to theta coordinates
     theta = _project_active(prob.A @ c.eta, prob.C0, active)
     status = SolverStatus(
         converged=c.code == CONVERGED,
@@ -441,70 +481,117 @@ def _select(ok, a, b):
     return jax.tree.map(lambda x, y: jnp.where(ok, x, y), a, b)
 
 
-def _enumerate(prob: _Problem, phi, first: _Candidate, max_iter, tol):
-    """Fallback: every active set; the feasible candidate with the lowest objective."""
-    k = prob.C.shape[0]
-    warm = prob._replace(eta0=first.eta)  # start from the unconstrained optimum
-    best = None
-    for S in _subsets(k)[1:]:
-        active = jnp.asarray([j in S for j in range(k)])
-        c = _newton(warm, phi, active, max_iter, tol)
-        feasible = jnp.all(active | (prob.C @ c.eta >= 0))
-        obj = jnp.where(feasible & ~jnp.isnan(c.objective), c.objective, jnp.inf)
-        entry = (obj, c, active)
-        best = entry if best is None else _select(obj < best[0], entry, best)
-    first_ok = jnp.all(prob.C @ first.eta >= 0) & ~jnp.isnan(first.objective)
-    first_obj = jnp.where(first_ok, first.objective, jnp.inf)
-    none = jnp.zeros(k, bool)
-    _, c, active = _select(first_obj <= best[0], (first_obj, first, none), best)
-    return c, active
-
-
 def _project_active(theta, C, active):
     """Remove the rounding residue of ``C_S theta = 0`` (e.g. ``b = -1e-16`` in beta
-    calibration): orthogonal projection of ``theta`` onto the active rows' null space."""
-    Ca = C * active[:, None]
-    G = Ca @ Ca.T + jnp.diag(jnp.where(active, 0.0, 1.0))
-    return theta - Ca.T @ jnp.linalg.solve(G, Ca @ theta)
+    calibration): orthogonal projection of ``theta`` onto the active rows' null space. When
+    the active rows pin every coordinate they involve (as many active rows as non-zero
+    columns of ``C``, e.g. every slope of a family), those coordinates are exactly 0."""
+    if C.shape[0] == 0:
+        return theta
+    involved = jnp.any(C != 0, axis=0)
+    pinned = involved & (jnp.sum(active) == jnp.sum(involved))
+    return jnp.where(pinned, 0.0, _projector(C, active) @ theta)
 
 
-def _active_set_solve(prob: _Problem, phi, max_iter, tol) -> tuple[_Candidate, jax.Array]:
-    """Stages 2-3 of the method from ``prob.eta0``: ``(candidate, active set)``.
+# Stages of the active-set search (one Newton solve each, in this order):
+_POLISH, _UNCONSTRAINED, _VIOLATED, _ENUMERATE = 0, 1, 2, 3
 
-    Unconstrained Newton; if infeasible, Newton on the violated rows (warm-started) and the
-    KKT test; if that fails, every active set (``lax.cond`` s: only what is needed runs).
+
+class _Search(NamedTuple):
+    stage: jax.Array  # int32: the next stage; _ENUMERATE + j enumerates subset j
+    result: _Candidate  # the answer, once done
+    active: jax.Array  # [k] its active set
+    best: _Candidate  # stage 3: the feasible candidate with the lowest objective so far
+    best_active: jax.Array  # [k]
+    unconstrained: _Candidate  # warm start of the later stages
+    restart: jax.Array  # [p] start of the unconstrained stage
+    done: jax.Array
+
+
+def _active_set_solve(
+    prob: _Problem, phi, max_iter, tol, *, guess=None, guess_start=None
+) -> tuple[_Candidate, jax.Array]:
+    """Stages 2-4 of the method: ``(candidate, active set)``, one Newton solve per stage.
+
+    The stages run in one ``lax.while_loop`` whose body is a single Newton solve (traced,
+    and so compiled, once), each stage choosing its active set, start and iteration cap:
+
+    0. (with ``guess``) the polish: Newton on the ``guess`` rows from ``guess_start``, at
+       most ``_POLISH_ITER`` steps; done if it passes the KKT test.
+    1. Unconstrained, from ``prob.eta0`` (from the polished point if that converged);
+       done if its optimum is feasible (the KKT test with no active row).
+    2. The rows the unconstrained optimum violates, warm-started from it; done if KKT.
+    3. Every non-empty active set, warm-started from the unconstrained optimum; the
+       feasible candidate with the lowest objective wins, the unconstrained one included.
+
+    Under ``vmap`` every problem walks its own stages in the same loop.
     """
-    k = prob.C.shape[0]
+    k, p = prob.C.shape
+    dtype = prob.t.dtype
+    subsets = _subsets(k)
+    n_sub = subsets.shape[0]
+    subsets = jnp.asarray(subsets if n_sub else np.zeros((1, k), bool))
     none = jnp.zeros(k, bool)
-    first = _newton(prob, phi, none, max_iter, tol)
-    if k == 0:
-        return first, none
+    polish = guess is not None
+    guess = none if guess is None else guess
+    guess_start = prob.eta0 if guess_start is None else guess_start
+    inf = jnp.asarray(jnp.inf, dtype)
+    blank = _Candidate(prob.eta0, inf, jnp.int32(MAX_ITER), jnp.int32(0), jnp.zeros(p, dtype))
 
-    def constrained(_):
-        active = prob.C @ first.eta < 0  # the rows the unconstrained optimum violates
-        c = _newton(prob._replace(eta0=first.eta), phi, active, max_iter, tol)
-        return jax.lax.cond(
-            _kkt_ok(prob, c, active),
-            lambda _: (c, active),
-            lambda _: _enumerate(prob, phi, first, max_iter, tol),
-            None,
+    def objective_if_feasible(c, active):
+        usable = _feasible(prob, c, active) & ~jnp.isnan(c.objective)
+        return jnp.where(usable, c.objective, inf)
+
+    def body(st: _Search) -> _Search:
+        stage = st.stage
+        is_polish, is_unc = stage == _POLISH, stage == _UNCONSTRAINED
+        enumerating = stage >= _ENUMERATE
+        subset = subsets[jnp.clip(stage - _ENUMERATE, 0, subsets.shape[0] - 1)]
+        violated = prob.C @ st.unconstrained.eta < 0
+        active = jnp.select(
+            [is_polish, is_unc, stage == _VIOLATED], [guess, none, violated], subset
+        )
+        eta0 = jnp.select([is_polish, is_unc], [guess_start, st.restart], st.unconstrained.eta)
+        iters = jnp.where(is_polish, jnp.minimum(max_iter, _POLISH_ITER), max_iter)
+        c = _newton(prob._replace(eta0=eta0), phi, active, iters, tol)
+
+        unconstrained = _select(is_unc, c, st.unconstrained)
+        obj = objective_if_feasible(c, active)
+        better = enumerating & (obj < objective_if_feasible(st.best, st.best_active))
+        best, best_active = _select(better, (c, active), (st.best, st.best_active))
+        # stages 0-2 end the search with a candidate that passes the KKT test; the last
+        # enumerated set ends it with the best feasible candidate; without constraints
+        # the unconstrained solve is the answer
+        found = (~enumerating) & _kkt_ok(prob, c, active)
+        last = (stage >= _ENUMERATE + n_sub - 1) | (k == 0)
+        take_unc = objective_if_feasible(unconstrained, none) <= objective_if_feasible(
+            best, best_active
+        )
+        final = _select(take_unc | (k == 0), (unconstrained, none), (best, best_active))
+        result, result_active = _select(found, (c, active), final)
+        return _Search(
+            stage=jnp.where(is_polish, _UNCONSTRAINED, stage + 1).astype(jnp.int32),
+            result=result,
+            active=result_active,
+            best=best,
+            best_active=best_active,
+            unconstrained=unconstrained,
+            restart=jnp.where(is_polish & (c.code == CONVERGED), c.eta, st.restart),
+            done=found | (last & ~is_polish),
         )
 
-    return jax.lax.cond(_kkt_ok(prob, first, none), lambda _: (first, none), constrained, None)
-
-
-def _polish(full: _Problem, phi, sketched: _Candidate, active, max_iter, tol):
-    """Newton on the full data from the sketch's optimum, on the sketch's active set.
-
-    Returns ``(candidate, ok, start)``: ``ok`` is the full-data KKT test (then the
-    candidate is the exact optimum); otherwise ``start`` is where the fallback begins (the
-    polished point if it converged on its face, else the default start).
-    """
-    start = jnp.where(sketched.code == DIVERGED, full.eta0, sketched.eta)
-    polish_iter = jnp.minimum(max_iter, _POLISH_ITER)
-    c = _newton(full._replace(eta0=start), phi, active, polish_iter, tol)
-    ok = _kkt_ok(full, c, active)
-    return c, ok, jnp.where(c.code == CONVERGED, c.eta, full.eta0)
+    init = _Search(
+        stage=jnp.int32(_POLISH if polish else _UNCONSTRAINED),
+        result=blank,
+        active=none,
+        best=blank,
+        best_active=none,
+        unconstrained=blank,
+        restart=prob.eta0,
+        done=jnp.asarray(False),
+    )
+    out = jax.lax.while_loop(lambda st: ~st.done, body, init)
+    return out.result, out.active
 
 
 def solve(
@@ -557,12 +644,9 @@ def solve(
     if sketch is None:
         return _finish(full, *_active_set_solve(full, phi, max_iter, tol))
     sketched, guess = _active_set_solve(sketch, phi, max_iter, tol)
-    c, ok, start = _polish(full, phi, sketched, guess, max_iter, tol)
-
-    def fallback(_):
-        return _active_set_solve(full._replace(eta0=start), phi, max_iter, tol)
-
-    return _finish(full, *jax.lax.cond(ok, lambda _: (c, guess), fallback, None))
+    start = jnp.where(sketched.code == DIVERGED, full.eta0, sketched.eta)
+    c, active = _active_set_solve(full, phi, max_iter, tol, guess=guess, guess_start=start)
+    return _finish(full, c, active)
 
 
 def solve_batch(
@@ -585,82 +669,21 @@ def solve_batch(
 
     ``lockstep=False`` (default on CPU) solves the problems one after another (``lax.map``
     of :func:`solve`: memory-bound work on a small cache-resident problem beats a lock-step
-    batch, and its ``lax.cond`` s really skip work). ``lockstep=True`` (default on
-    accelerators) is equivalent to ``vmap(solve)``, but the stages are batch-level
-    ``lax.cond`` s (a plain ``vmap`` of :func:`solve` would evaluate every branch for every
-    problem): the guessed active set is solved only if some problem's unconstrained optimum
-    is infeasible, the enumeration only if some problem's guess fails the KKT test, and the
-    full-data fallback after a sketch only if some polished sketch fails it; each problem
-    keeps its own result.
+    batch). ``lockstep=True`` (default on accelerators) is ``vmap(solve)``: every problem
+    walks its own stages of the active-set search in one batched loop, which runs until
+    the slowest problem is done.
     """
     kw = dict(intercept=intercept, max_iter=max_iter, tol=tol, features=features, stride=stride)
     if lockstep is None:
         lockstep = jax.default_backend() != "cpu"
+
+    def one(args):
+        r, t, w, c, a = args
+        return solve(r, t, w, c, l2, aux=a, **kw)
+
     if not lockstep:
-
-        def one(args):
-            r, t, w, c, a = args
-            return solve(r, t, w, c, l2, aux=a, **kw)
-
         return jax.lax.map(one, (rows, targets, weights, C, aux))
-
-    def setup(r, t, w, c, a):
-        return _setup(r, t, w, c, l2, intercept, _phi(features, a), stride)
-
-    full, sketch = jax.vmap(setup)(rows, targets, weights, C, aux)
-    if sketch is None:
-        c, active = _active_set_lockstep(full, aux, features, max_iter, tol)
-        return jax.vmap(_finish)(full, c, active)
-    sketched, guess = _active_set_lockstep(sketch, aux, features, max_iter, tol)
-
-    def polish(pr, a, c0, act):
-        return _polish(pr, _phi(features, a), c0, act, max_iter, tol)
-
-    c, ok, start = jax.vmap(polish)(full, aux, sketched, guess)
-
-    def fallback(_):
-        alt = _active_set_lockstep(full._replace(eta0=start), aux, features, max_iter, tol)
-        return _select_batch(ok, (c, guess), alt)
-
-    c, active = jax.lax.cond(jnp.all(ok), lambda _: (c, guess), fallback, None)
-    return jax.vmap(_finish)(full, c, active)
-
-
-def _active_set_lockstep(prob: _Problem, aux, features, max_iter, tol):
-    """:func:`_active_set_solve` for a batch of problems with batch-level ``lax.cond`` s."""
-    B, k = prob.C.shape[:2]
-    none = jnp.zeros((B, k), bool)
-
-    def newton(pr, a, act):
-        return _newton(pr, _phi(features, a), act, max_iter, tol)
-
-    first = jax.vmap(newton)(prob, aux, none)
-    if k == 0:
-        return first, none
-    ok_first = jax.vmap(_kkt_ok)(prob, first, none)
-
-    def constrained(_):
-        active = jax.vmap(lambda pr, c: pr.C @ c.eta < 0)(prob, first)
-        c = jax.vmap(newton)(prob._replace(eta0=first.eta), aux, active)
-        ok = jax.vmap(_kkt_ok)(prob, c, active) | ok_first
-        sel = _select_batch(ok_first, (first, none), (c, active))
-
-        def enumerate_all(_):
-            def one(pr, a, c0):
-                return _enumerate(pr, _phi(features, a), c0, max_iter, tol)
-
-            return _select_batch(ok, sel, jax.vmap(one)(prob, aux, first))
-
-        return jax.lax.cond(jnp.all(ok), lambda _: sel, enumerate_all, None)
-
-    return jax.lax.cond(jnp.all(ok_first), lambda _: (first, none), constrained, None)
-
-
-def _select_batch(ok, a, b):
-    def sel(x, y):
-        return jnp.where(ok.reshape(ok.shape + (1,) * (x.ndim - 1)), x, y)
-
-    return jax.tree.map(sel, a, b)
+    return jax.vmap(lambda *args: one(args))(rows, targets, weights, C, aux)
 
 
 def warn_if_not_converged(status: SolverStatus, what: str, *, stacklevel: int = 3) -> None:

@@ -6,8 +6,10 @@ KKT check (features and constraints re-derived here in NumPy); a direct NumPy ev
 of the objective, gradient and Hessian; looped single fits for batches; the validation
 error messages for every bad input.
 
-The sketch is used from n = 4096 rows on (``sketch_stride``), so the problems here have
-n = 5000 (stride 4): large enough to take the path, small enough to compile once.
+The sketch is used from n = 65,536 rows on (``sketch_stride``); these tests lower that
+threshold to 4096, so that problems of n = 5000 (stride 4) take the sketch path and compile
+fast, and fit at their exact size (``exact_shapes``), so that the sketch is the one the
+tests build.
 """
 
 from __future__ import annotations
@@ -20,18 +22,26 @@ import numpy as np
 import pytest
 from scipy import optimize
 
+from jaxcal._shapes import exact_shapes
 from jaxcal._validation import check_batch_inputs, check_fit_inputs
 from jaxcal.calibrators import _solver
 from jaxcal.calibrators._linear import _solve_jit, fit_linear_batch
 from jaxcal.calibrators.gaussian import GaussianCalibration
 from jaxcal.calibrators.platt import PlattScaling
 
-N = 5000  # >= 4096: the estimators take the sketch path (stride 4)
+N = 5000  # >= 4096 (lowered threshold): the estimators take the sketch path (stride 4)
 OBJ_RTOL = 1e-6  # objective vs scipy (relative), the issue's acceptance tolerance
 EXACT_RTOL = 1e-9  # jaxcal (exact Newton) may not be worse than scipy by more than this
 KKT_TOL = 1e-6  # stationarity residual relative to the gradient scale
 LOOP_TOL = 1e-10  # batched vs looped (same float64 algorithm)
 PASS_RTOL = 1e-12  # blocked data pass vs direct NumPy sums
+
+
+@pytest.fixture(autouse=True)
+def sketch_from_4096(monkeypatch):
+    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 4096)
+    with exact_shapes():
+        yield
 
 
 # --- independent NumPy oracle --------------------------------------------------------------
@@ -155,7 +165,13 @@ def sketch_active_set(s, t, w, stride):
 # --- tests ---------------------------------------------------------------------------------
 
 
-def test_sketch_stride_rule():
+def test_sketch_stride_rule(monkeypatch):
+    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 1 << 16)  # the library's threshold
+    assert _solver.sketch_stride(10_000) == 1
+    assert _solver.sketch_stride(65_535) == 1
+    assert _solver.sketch_stride(65_536) == 16
+    assert _solver.sketch_stride(1_000_000) == 62
+    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 4096)  # these tests' threshold
     assert _solver.sketch_stride(400) == 1
     assert _solver.sketch_stride(4095) == 1
     assert _solver.sketch_stride(4096) == 4
@@ -305,6 +321,7 @@ def test_blocked_pass_equals_numpy(monkeypatch):
             jnp.sum(w),
             *(jnp.zeros((2, 3)),) * 2,
             jnp.asarray(Q),
+            jnp.eye(3),
             jnp.eye(3),
             jnp.zeros(3),
         )
