@@ -75,9 +75,9 @@ def exact_shapes() -> Iterator[None]:
         _state.enabled = before
 
 
-def _bucket(n: int, fine: bool) -> int:
-    if n <= MIN_SIZE:
-        return MIN_SIZE
+def _bucket(n: int, fine: bool, minimum: int) -> int:
+    if n <= minimum:
+        return minimum
     k = (n - 1).bit_length() - 1  # 2^k < n <= 2^(k+1)
     if not fine:
         return 1 << (k + 1)
@@ -85,7 +85,7 @@ def _bucket(n: int, fine: bool) -> int:
     return -(-n // step) * step
 
 
-def padded_size(n: int, *, total: int | None = None) -> int:
+def padded_size(n: int, *, total: int | None = None, minimum: int = MIN_SIZE) -> int:
     """Bucket size for an axis of length ``n`` (``n`` itself inside :func:`exact_shapes`).
 
     Args:
@@ -93,18 +93,22 @@ def padded_size(n: int, *, total: int | None = None) -> int:
         total: the number of elements of the whole problem (default ``n``); it decides
             between the coarse ladder (powers of two, ``total <= COARSE_LIMIT``) and the
             fine one (four steps per octave).
+        minimum: the smallest bucket (``MIN_SIZE`` for data axes; 1 for an axis of
+            problems, where each padded entry is a whole extra problem).
     """
     n = int(n)
     if not padding_enabled():
         return n
     total = n if total is None else int(total)
-    return _bucket(n, fine=total > COARSE_LIMIT)
+    return _bucket(n, fine=total > COARSE_LIMIT, minimum=minimum)
 
 
 def padded_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    """Bucket sizes for every axis of ``shape`` (the ladder chosen by the total size)."""
+    """Bucket sizes for ``[..., B, n]``: the last axis is a data axis, the leading ones are
+    axes of problems (smallest bucket 1); the ladder is chosen by the total size."""
     total = math.prod(int(d) for d in shape)
-    return tuple(padded_size(d, total=total) for d in shape)
+    *batch, n = (int(d) for d in shape)
+    return (*(padded_size(b, total=total, minimum=1) for b in batch), padded_size(n, total=total))
 
 
 def pad_axis(x: Any, size: int, fill: Any = 0, *, axis: int = 0) -> np.ndarray:

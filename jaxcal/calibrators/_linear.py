@@ -63,7 +63,7 @@ import jaxcal.debias.losses  # noqa: F401
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._serialization import register_serializable
-from jaxcal._shapes import is_traced, map_padded, padded_shape, padded_size, unpad
+from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
 from jaxcal._validation import (
     check_batch_inputs,
     check_groups,
@@ -421,14 +421,19 @@ class LinearLogitCalibrator(FittedCalibrator):
                 f"a batched calibrator with batch shape {self.batch_shape} needs scores of shape "
                 f"{self.batch_shape} + (m, ...); got {s.shape}."
             )
-        rows = s.reshape(math.prod(self.batch_shape), -1)  # [B, m]
+        B = math.prod(self.batch_shape)
+        rows = s.reshape(B, -1)  # [B, m]
         m = rows.shape[1]
-        fill = rows[:, :1] if m else np.zeros((rows.shape[0], 1), rows.dtype)
-        size = padded_size(m, total=rows.size)
-        padded = np.concatenate([rows, np.broadcast_to(fill, (rows.shape[0], size - m))], 1)
-        out = fn(self, padded.reshape(self.batch_shape + (size,)))
-        host = np.asarray(out).reshape(rows.shape[0], size)[:, :m]
-        return jax.device_put(host.reshape(s.shape))
+        B_pad, m_pad = padded_shape((B, m))
+        # pad the scores (copies of each row's first score) and the calibrators (copies of
+        # the first one), on the host: one program per bucket, not per (B, m)
+        rows = np.pad(rows, ((0, B_pad - B), (0, m_pad - m)), mode="edge" if m else "constant")
+        flat = jax.tree.map(lambda x: np.asarray(x).reshape((B,) + np.shape(x)[nb:]), self)
+        cal = jax.tree.map(
+            lambda x: np.pad(x, [(0, B_pad - B)] + [(0, 0)] * (x.ndim - 1), mode="edge"), flat
+        )
+        out = np.asarray(fn(cal, rows))[:B, :m]
+        return jax.device_put(out.reshape(s.shape))
 
     def _logit_core(self, s: jax.Array) -> jax.Array:
         """Logits of scores ``s`` (``batch_shape + (m...)``), traceable."""
