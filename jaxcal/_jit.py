@@ -1,26 +1,39 @@
-"""``jit`` for jaxcal's programs: ``jax.jit`` with compiler options chosen for short compiles.
+"""``jit`` for jaxcal's programs: ``jax.jit`` with short compiles, cached across runs.
 
-jaxcal's programs are many small kernels (a Newton loop on a 3-parameter problem, a PAV
-pass, binned sums), so on CPU most of a first call is XLA compiling them, kernel by kernel.
-XLA's CPU backend emits each fused kernel through its MLIR fusion emitters by default;
-its classic LLVM IR emitters produce kernels that run as fast for these programs (measured
-on the linear-logit solver at n = 1e4 and 1e6) and compile 2-3x faster. So programs
-compiled for CPU get ``xla_cpu_use_fusion_emitters=False``. The options are per program:
-programs of the user's own are compiled as they would be without jaxcal.
+Two things set a jaxcal program apart from ``jax.jit``:
 
-The options are checked once, on a tiny program, and dropped if this jaxlib does not know
-them; ``JAXCAL_XLA_DEFAULTS=1`` drops them too (XLA's defaults everywhere). Programs
-compiled for other backends (GPU, TPU) get no options.
+* **Compiler options.** jaxcal's programs are many small kernels (a Newton loop on a
+  3-parameter problem, a PAV pass, binned sums), so on CPU most of a first call is XLA
+  compiling them, kernel by kernel. XLA's classic LLVM IR emitters produce kernels that run
+  as fast for these programs as its default MLIR fusion emitters (measured on the
+  linear-logit solver at n = 1e4 and 1e6) and compile 2-3x faster, so programs compiled for
+  CPU get ``xla_cpu_use_fusion_emitters=False``. The options are checked once on a tiny
+  program and dropped if this jaxlib does not know them (``JAXCAL_XLA_DEFAULTS=1`` drops
+  them too). Other backends, and the user's own programs, get XLA's defaults.
+* **A cache of compiled programs on disk** (``jaxcal._compilation_cache``): with the cache
+  on (the default), a call looks its program up by function, static arguments, input
+  shapes and dtypes; a hit in memory calls the compiled executable, a hit on disk loads it
+  (no tracing, no compiling), and a miss traces, compiles and stores it. With the cache
+  off (``JAXCAL_COMPILATION_CACHE=0``) the function is a plain ``jax.jit``.
+
+Calls from inside another trace (a user's ``jit`` or ``vmap``) are traced into the outer
+program as with ``jax.jit``; inputs sharded over several devices take ``jax.jit``'s path.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
+from jax.experimental import serialize_executable
+
+from jaxcal import _compilation_cache
 
 __all__ = ["jit", "cpu_compiler_options"]
 
@@ -39,15 +52,36 @@ def cpu_compiler_options() -> dict[str, Any] | None:
     return dict(_CPU_OPTIONS)
 
 
+def _leaf_spec(x: Any) -> Any:
+    """What of an input leaf decides its compiled program (``None``: not cacheable)."""
+    if isinstance(x, jax.Array):
+        if not isinstance(x.sharding, jax.sharding.SingleDeviceSharding):
+            return None
+        return (x.shape, x.dtype.str, x.weak_type, repr(x.sharding))
+    if isinstance(x, np.ndarray | np.generic):
+        return (x.shape, x.dtype.str)
+    if isinstance(x, bool | int | float | complex):
+        return type(x).__name__  # weakly typed; its dtype follows jax_enable_x64 (in the key)
+    return None
+
+
 class _Jit:
-    """A jitted function whose compiler options are settled at its first use (so that
-    importing jaxcal does not start a JAX backend)."""
+    """A jitted jaxcal function (see the module docstring)."""
 
     def __init__(self, fun: Callable, kwargs: dict[str, Any]):
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._kwargs = kwargs
         self._jitted: dict[Any, Any] = {}
+        self._programs: dict[Any, Any] = {}
+        names = kwargs.get("static_argnames") or ()
+        names = (names,) if isinstance(names, str) else tuple(names)
+        nums = kwargs.get("static_argnums")
+        nums = () if nums is None else (nums,) if isinstance(nums, int) else tuple(nums)
+        params = list(inspect.signature(fun).parameters)
+        self._static_names = frozenset(names) | {params[i] for i in nums if i < len(params)}
+        self._static_nums = frozenset(nums) | {params.index(n) for n in names if n in params}
+        self._cacheable = set(kwargs) <= {"static_argnames", "static_argnums"}
 
     def _get(self, nested: bool = False) -> Any:
         # inside another trace the outer program is what gets compiled (and JAX refuses
@@ -61,10 +95,57 @@ class _Jit:
         return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        nested = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
-        return self._get(nested)(*args, **kwargs)
+        leaves, in_tree = jax.tree.flatten((args, kwargs))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self._get(nested=True)(*args, **kwargs)
+        if not self._cacheable or _compilation_cache.cache_dir() is None:
+            return self._get()(*args, **kwargs)
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in self._static_nums)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_names}
+        dyn_leaves, dyn_tree = jax.tree.flatten((dyn_args, dyn_kwargs))
+        specs = tuple(_leaf_spec(x) for x in dyn_leaves)
+        if any(s is None for s in specs):
+            return self._get()(*args, **kwargs)
+        statics = (
+            tuple((i, a) for i, a in enumerate(args) if i in self._static_nums),
+            tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_names)),
+        )
+        backend = jax.default_backend()
+        key = (dyn_tree, specs, statics, backend, jax.config.jax_enable_x64)
+        program = self._programs.get(key)
+        if program is None:
+            program = self._program(key, args, kwargs)
+            self._programs[key] = program
+        return program(*dyn_args, **dyn_kwargs)
 
-    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, _cache_size...
+    def _program(self, key: tuple, args: tuple, kwargs: dict) -> Any:
+        """The compiled program of ``key``: from disk, or traced, compiled and stored."""
+        dyn_tree, specs, statics, backend, _ = key
+        text = repr((self.__module__, self.__qualname__, dyn_tree, specs, statics))
+        # an address in a repr (an object without a stable repr) would never hit: no disk
+        stable = " at 0x" not in text
+        digest = hashlib.sha256((_compilation_cache.fingerprint(backend) + text).encode())
+        disk_key = digest.hexdigest()
+        entry = _compilation_cache.load(disk_key) if stable else None
+        if entry is not None:
+            try:
+                return serialize_executable.deserialize_and_load(entry[0], dyn_tree, entry[1])
+            except Exception:  # stale or damaged: compile anew below
+                pass
+        compiled = self._get().lower(*args, **kwargs).compile()
+        if stable:
+            try:
+                executable, _, out_tree = serialize_executable.serialize(compiled)
+            except Exception:  # a program XLA cannot serialize: keep it in memory only
+                return compiled
+            _compilation_cache.store(disk_key, executable, out_tree)
+        return compiled
+
+    def _cache_size(self) -> int:
+        """Programs compiled or loaded by this function in this process."""
+        return len(self._programs) + sum(j._cache_size() for j in self._jitted.values())
+
+    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape...
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self._get(), name)
@@ -74,10 +155,9 @@ class _Jit:
 
 
 def jit(fun: Callable | None = None, **kwargs: Any) -> Any:
-    """``jax.jit(fun, **kwargs)`` with jaxcal's CPU compiler options (module docstring).
-
-    Usable as ``@jit``, ``@functools.partial(jit, static_argnames=...)`` or ``jit(f, ...)``.
-    """
+    """``jax.jit(fun, **kwargs)`` with jaxcal's compiler options and program cache (module
+    docstring). Usable as ``@jit``, ``@functools.partial(jit, static_argnames=...)`` or
+    ``jit(f, ...)``."""
     if fun is None:
         return functools.partial(jit, **kwargs)
     return _Jit(fun, kwargs)

@@ -120,10 +120,10 @@ def test_compilation_cache_location(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     assert compilation_cache_dir() is None
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", str(tmp_path / "c"))
-    assert compilation_cache_dir() == tmp_path / "c"
+    assert compilation_cache_dir() == tmp_path / "c" / "jax"
     monkeypatch.delenv("JAXCAL_COMPILATION_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert compilation_cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla"
+    assert compilation_cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla" / "jax"
 
 
 def test_main_turns_the_cache_on_before_running(monkeypatch, tmp_path, capsys):
@@ -162,7 +162,7 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         outputs.append(out.stdout.split())
         if run == 0:
-            entries = sorted(p.name for p in cache.iterdir())
+            entries = sorted(p.name for p in (cache / "jax").iterdir())
             assert entries, "no compiled program was cached"
-    assert outputs[0] == outputs[1] and outputs[0][0] == str(cache)
-    assert sorted(p.name for p in cache.iterdir()) == entries  # loaded, not recompiled
+    assert outputs[0] == outputs[1] and outputs[0][0] == str(cache / "jax")
+    assert sorted(p.name for p in (cache / "jax").iterdir()) == entries  # loaded, not compiled

@@ -392,17 +392,26 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
 
     # The loop's first trial is the start itself (alpha * d = 0, accepted against f = inf),
     # so the data pass is traced once; n_iter counts the Newton steps after it.
-    zero, one = jnp.zeros((), dtype), jnp.ones((), dtype)
-    start = (P @ prob.eta0, jnp.asarray(jnp.inf, dtype), jnp.zeros(p, dtype), jnp.zeros(p, dtype))
-    # state: eta, f, g, d, dec, alpha, halvings, it, code, done
-    init = (*start, zero, one, jnp.int32(0), jnp.int32(0), jnp.int32(MAX_ITER), jnp.asarray(False))
+    # The iterate's vectors and values travel packed in one array x = [eta, g, d, f, dec],
+    # so accepting a trial is one select (a kernel per leaf would double the compile time).
+    def unpack(x):
+        return x[:p], x[p : 2 * p], x[2 * p : 3 * p], x[3 * p], x[3 * p + 1]
+
+    def pack(eta, g, d, f, dec):
+        return jnp.concatenate([eta, g, d, jnp.stack([f, dec])])
+
+    zero = jnp.zeros(p, dtype)
+    x0 = pack(P @ prob.eta0, zero, zero, jnp.asarray(jnp.inf, dtype), jnp.zeros((), dtype))
+    # state: x, alpha, halvings, it, code, done
+    init = (x0, jnp.ones((), dtype), jnp.int32(0), jnp.int32(0), jnp.int32(MAX_ITER), False)
 
     def cond(state):
-        it, done = state[7], state[9]
+        it, done = state[3], state[5]
         return (~done) & (it <= max_iter)
 
     def body(state):
-        eta, f, g, d, dec, alpha, halvings, it, code, done = state
+        x, alpha, halvings, it, code, done = state
+        eta, g, d, f, dec = unpack(x)
         trial = eta + alpha * d
         f_t, g_t, H_t = _value_grad_hess(prob, phi, trial)
         slack = 8 * eps * jnp.abs(f)
@@ -415,22 +424,18 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
         diverged = bad_step | gave_up
         accept = ok & ~bad_step
         converged = accept & (dec_t <= 2 * tol * W)
-        pick = lambda old, new: jnp.where(accept, new, old)  # noqa: E731
         code = jnp.where(diverged, DIVERGED, jnp.where(converged, CONVERGED, MAX_ITER))
         return (
-            pick(eta, trial),
-            pick(f, f_t),
-            pick(g, g_t),
-            pick(d, d_t),
-            pick(dec, dec_t),
-            jnp.where(accept, one, 0.5 * alpha),
+            jnp.where(accept, pack(trial, g_t, d_t, f_t, dec_t), x),
+            jnp.where(accept, 1.0, 0.5 * alpha).astype(dtype),
             jnp.where(accept, 0, halvings + 1),
             jnp.where(accept | diverged, it + 1, it),
             code.astype(jnp.int32),
             diverged | converged,
         )
 
-    eta, f, g, _, _, _, _, it, code, _ = jax.lax.while_loop(cond, body, init)
+    x, _, _, it, code, _ = jax.lax.while_loop(cond, body, init)
+    eta, g, _, f, _ = unpack(x)
     return _Candidate(eta, f, code, jnp.maximum(it - 1, 0), g)
 
 
@@ -499,13 +504,30 @@ _POLISH, _UNCONSTRAINED, _VIOLATED, _ENUMERATE = 0, 1, 2, 3
 
 class _Search(NamedTuple):
     stage: jax.Array  # int32: the next stage; _ENUMERATE + j enumerates subset j
-    result: _Candidate  # the answer, once done
-    active: jax.Array  # [k] its active set
-    best: _Candidate  # stage 3: the feasible candidate with the lowest objective so far
-    best_active: jax.Array  # [k]
-    unconstrained: _Candidate  # warm start of the later stages
+    result: jax.Array  # the answer once done (a packed candidate, see _pack)
+    best: jax.Array  # stage 3: the feasible candidate with the lowest objective so far
+    unconstrained: jax.Array  # warm start of the later stages
     restart: jax.Array  # [p] start of the unconstrained stage
     done: jax.Array
+
+
+def _pack(c: _Candidate, active) -> jax.Array:
+    """A candidate and its active set as one vector ``[eta, grad, objective, code, n_iter,
+    active]``: choosing between candidates is then one select, not one per field."""
+    dtype = c.eta.dtype
+    scalars = jnp.stack([c.objective, c.code.astype(dtype), c.n_iter.astype(dtype)])
+    return jnp.concatenate([c.eta, c.grad, scalars, active.astype(dtype)])
+
+
+def _unpack(v: jax.Array, p: int) -> tuple[_Candidate, jax.Array]:
+    c = _Candidate(
+        eta=v[:p],
+        objective=v[2 * p],
+        code=v[2 * p + 1].astype(jnp.int32),
+        n_iter=v[2 * p + 2].astype(jnp.int32),
+        grad=v[p : 2 * p],
+    )
+    return c, v[2 * p + 3 :] > 0.5
 
 
 def _active_set_solve(
@@ -536,45 +558,44 @@ def _active_set_solve(
     guess = none if guess is None else guess
     guess_start = prob.eta0 if guess_start is None else guess_start
     inf = jnp.asarray(jnp.inf, dtype)
-    blank = _Candidate(prob.eta0, inf, jnp.int32(MAX_ITER), jnp.int32(0), jnp.zeros(p, dtype))
+    blank = _pack(
+        _Candidate(prob.eta0, inf, jnp.int32(MAX_ITER), jnp.int32(0), jnp.zeros(p, dtype)), none
+    )
 
-    def objective_if_feasible(c, active):
-        usable = _feasible(prob, c, active) & ~jnp.isnan(c.objective)
-        return jnp.where(usable, c.objective, inf)
+    def feasible_objective(v):
+        """The candidate's objective if it is feasible (and not NaN), else +inf."""
+        c, active = _unpack(v, p)
+        return jnp.where(_feasible(prob, c, active) & ~jnp.isnan(c.objective), c.objective, inf)
 
     def body(st: _Search) -> _Search:
         stage = st.stage
         is_polish, is_unc = stage == _POLISH, stage == _UNCONSTRAINED
         enumerating = stage >= _ENUMERATE
+        unc = _unpack(st.unconstrained, p)[0]
         subset = subsets[jnp.clip(stage - _ENUMERATE, 0, subsets.shape[0] - 1)]
-        violated = prob.C @ st.unconstrained.eta < 0
+        violated = prob.C @ unc.eta < 0
         active = jnp.select(
             [is_polish, is_unc, stage == _VIOLATED], [guess, none, violated], subset
         )
-        eta0 = jnp.select([is_polish, is_unc], [guess_start, st.restart], st.unconstrained.eta)
+        eta0 = jnp.select([is_polish, is_unc], [guess_start, st.restart], unc.eta)
         iters = jnp.where(is_polish, jnp.minimum(max_iter, _POLISH_ITER), max_iter)
         c = _newton(prob._replace(eta0=eta0), phi, active, iters, tol)
+        v = _pack(c, active)
 
-        unconstrained = _select(is_unc, c, st.unconstrained)
-        obj = objective_if_feasible(c, active)
-        better = enumerating & (obj < objective_if_feasible(st.best, st.best_active))
-        best, best_active = _select(better, (c, active), (st.best, st.best_active))
+        unconstrained = jnp.where(is_unc, v, st.unconstrained)
+        better = enumerating & (feasible_objective(v) < feasible_objective(st.best))
+        best = jnp.where(better, v, st.best)
         # stages 0-2 end the search with a candidate that passes the KKT test; the last
-        # enumerated set ends it with the best feasible candidate; without constraints
-        # the unconstrained solve is the answer
+        # enumerated set ends it with the best feasible candidate, or the unconstrained
+        # one if it is as good; without constraints the unconstrained solve is the answer
         found = (~enumerating) & _kkt_ok(prob, c, active)
         last = (stage >= _ENUMERATE + n_sub - 1) | (k == 0)
-        take_unc = objective_if_feasible(unconstrained, none) <= objective_if_feasible(
-            best, best_active
-        )
-        final = _select(take_unc | (k == 0), (unconstrained, none), (best, best_active))
-        result, result_active = _select(found, (c, active), final)
+        take_unc = (k == 0) | (feasible_objective(unconstrained) <= feasible_objective(best))
+        result = jnp.where(found, v, jnp.where(take_unc, unconstrained, best))
         return _Search(
             stage=jnp.where(is_polish, _UNCONSTRAINED, stage + 1).astype(jnp.int32),
             result=result,
-            active=result_active,
             best=best,
-            best_active=best_active,
             unconstrained=unconstrained,
             restart=jnp.where(is_polish & (c.code == CONVERGED), c.eta, st.restart),
             done=found | (last & ~is_polish),
@@ -583,15 +604,12 @@ def _active_set_solve(
     init = _Search(
         stage=jnp.int32(_POLISH if polish else _UNCONSTRAINED),
         result=blank,
-        active=none,
         best=blank,
-        best_active=none,
         unconstrained=blank,
         restart=prob.eta0,
         done=jnp.asarray(False),
     )
-    out = jax.lax.while_loop(lambda st: ~st.done, body, init)
-    return out.result, out.active
+    return _unpack(jax.lax.while_loop(lambda st: ~st.done, body, init).result, p)
 
 
 def solve(

@@ -3,37 +3,33 @@
 Each subcommand lives in its own module here and exposes ``add_parser(subparsers)``,
 which registers the subcommand and sets ``func`` (called with the parsed arguments).
 
-Most of a first ``jaxcal demo`` or ``jaxcal reproduce`` run is XLA compilation. The command
-line (an application, unlike the library, which never changes global JAX settings) turns on
-JAX's persistent compilation cache, so later runs load the compiled programs instead:
-in ``$JAXCAL_COMPILATION_CACHE`` if set (``0`` turns the cache off), else in
-``$XDG_CACHE_HOME/jaxcal/xla`` (default ``~/.cache/jaxcal/xla``). A cache directory the user
-already gave JAX (``JAX_COMPILATION_CACHE_DIR``) is left as it is.
+Most of a first ``jaxcal demo`` or ``jaxcal reproduce`` run is XLA compilation. jaxcal's own
+programs are cached across runs by the library (``jaxcal._compilation_cache``, in
+``$JAXCAL_COMPILATION_CACHE``, default ``~/.cache/jaxcal/xla``; ``0`` turns it off). The
+command line (an application, unlike the library, which never changes global JAX settings)
+also turns on JAX's persistent compilation cache, in the ``jax`` folder inside it, for the
+other programs a run compiles (NumPyro's samplers, JAX's own helpers). A cache directory
+the user already gave JAX (``JAX_COMPILATION_CACHE_DIR``) is left as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
+
+from jaxcal._compilation_cache import CACHE_ENV, cache_dir
 
 __all__ = ["main", "build_parser", "compilation_cache_dir", "enable_compilation_cache"]
 
 _COMMANDS = ("demo", "reproduce", "sweep")
-CACHE_ENV = "JAXCAL_COMPILATION_CACHE"
 
 
 def compilation_cache_dir() -> Path | None:
-    """Where the command line keeps compiled XLA programs, or None (cache off)."""
-    value = os.environ.get(CACHE_ENV, "")
-    if value == "0":
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "jaxcal" / "xla"
+    """Where the command line keeps JAX's compiled programs, or None (cache off)."""
+    root = cache_dir()
+    return None if root is None else root / "jax"
 
 
 def enable_compilation_cache() -> Path | None:

@@ -1,0 +1,146 @@
+"""jaxcal's cache of compiled programs (``jaxcal._jit``, ``jaxcal._compilation_cache``).
+
+Oracles: the same computation without the cache (a plain ``jax.jit``), bit for bit; JAX's
+trace events, counted in a second process (a hit must trace nothing); damaged entries.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcal import _compilation_cache, _jit
+
+SCRIPT = r"""
+import json, sys
+import numpy as np
+import jax
+traces = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+)
+import jaxcal
+rng = np.random.default_rng(0)
+s = rng.normal(size=900)
+y = (rng.random(900) < 1 / (1 + np.exp(-2 * s))).astype(float)
+x = np.linspace(-3, 3, 50)
+before = len(traces)
+p = jaxcal.GaussianCalibration().fit(s, y).predict(x)
+q = jaxcal.PlattScaling().fit(s, y, sample_weight=np.full(900, 0.5)).predict(x)
+jax.block_until_ready((p, q))
+print(json.dumps({"traces": len(traces) - before, "p": np.asarray(p).tolist(),
+                  "q": np.asarray(q).tolist()}))
+"""
+
+
+def run_script(cache) -> dict:
+    import json
+
+    env = {**os.environ, "JAXCAL_COMPILATION_CACHE": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_run_loads_every_program_and_traces_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    off = run_script("0")  # no cache: plain jax.jit
+    first = run_script(cache)
+    entries = sorted(p.name for p in cache.glob("*.bin"))
+    assert len(entries) >= 3  # two solvers (p = 2, 3) and the predict programs
+    second = run_script(cache)
+    assert second["traces"] == 0 < first["traces"]
+    assert sorted(p.name for p in cache.glob("*.bin")) == entries  # nothing new
+    # the same executables: identical results, with or without the cache
+    assert first["p"] == second["p"] == off["p"]
+    assert first["q"] == second["q"] == off["q"]
+    # damaged entries are compiled anew (and replaced), with the same results
+    for path in cache.glob("*.bin"):
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    third = run_script(cache)
+    assert third["traces"] > 0 and third["p"] == off["p"] and third["q"] == off["q"]
+    fourth = run_script(cache)
+    assert fourth["traces"] == 0 and fourth["p"] == off["p"]
+
+
+@pytest.fixture
+def cache_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", str(tmp_path / "programs"))
+    return tmp_path / "programs"
+
+
+def test_one_program_per_shape_dtype_and_static_argument(cache_on):
+    def scale(x, y, *, k):
+        return x * k + y
+
+    f = _jit.jit(scale, static_argnames=("k",))
+    plain = jax.jit(scale, static_argnames=("k",))
+    x3, x4 = np.arange(3.0), np.arange(4.0)
+    np.testing.assert_array_equal(f(x3, 1.0, k=2), plain(x3, 1.0, k=2))
+    np.testing.assert_array_equal(f(x3 + 1, 5.0, k=2), plain(x3 + 1, 5.0, k=2))  # same program
+    f(x4, 1.0, k=2)  # new shape
+    f(x3, 1.0, k=3)  # new static value
+    f(x3.astype(np.float32), 1.0, k=2)  # new dtype
+    f(jnp.asarray(x3), 1.0, k=2)  # a jax.Array of the same aval: its own (device) program
+    assert f._cache_size() == 5
+    assert len(list(cache_on.glob("*.bin"))) == 5
+
+
+def test_nested_calls_trace_into_the_outer_program(cache_on):
+    f = _jit.jit(lambda x: jnp.sin(x) * 2)
+    out = jax.jit(lambda x: f(x) + 1)(np.arange(3.0))
+    np.testing.assert_allclose(out, np.sin(np.arange(3.0)) * 2 + 1, rtol=1e-15)
+    grad = jax.grad(lambda x: f(x).sum())(np.arange(3.0))
+    np.testing.assert_allclose(grad, 2 * np.cos(np.arange(3.0)), rtol=1e-15)
+    assert not list(cache_on.glob("*.bin"))  # nothing compiled on its own
+
+
+def test_cache_off_is_a_plain_jit(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
+    assert _compilation_cache.cache_dir() is None
+    f = _jit.jit(lambda x: x + 1)
+    assert float(f(1.0)) == 2.0
+    assert f._cache_size() == 1  # in jax.jit's own cache
+
+
+def test_cache_location(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", str(tmp_path / "c"))
+    assert _compilation_cache.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("JAXCAL_COMPILATION_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _compilation_cache.cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla"
+
+
+def test_entries_unpickle_only_tree_definitions(cache_on):
+    _compilation_cache.store("good", b"exe", jax.tree.structure((1, {"a": 2})))
+    assert _compilation_cache.load("good") == (b"exe", jax.tree.structure((1, {"a": 2})))
+    cache_on.joinpath("evil.bin").write_bytes(pickle.dumps((b"exe", os.system)))
+    assert _compilation_cache.load("evil") is None
+    assert _compilation_cache.load("missing") is None
+
+
+def test_fingerprint_follows_jax_configuration():
+    before = _compilation_cache.fingerprint("cpu")
+    assert _compilation_cache.fingerprint("cpu") == before
+    with jax.numpy_rank_promotion("raise"):
+        assert _compilation_cache.fingerprint("cpu") != before
+
+
+def test_cpu_compiler_options(monkeypatch):
+    _jit.cpu_compiler_options.cache_clear()
+    try:
+        assert _jit.cpu_compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+        _jit.cpu_compiler_options.cache_clear()
+        monkeypatch.setenv("JAXCAL_XLA_DEFAULTS", "1")
+        assert _jit.cpu_compiler_options() is None
+    finally:
+        _jit.cpu_compiler_options.cache_clear()
