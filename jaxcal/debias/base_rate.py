@@ -31,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._shapes import map_padded, pad_rows, padded_size
 from jaxcal._validation import check_fit_inputs, check_labels, check_propensity
 from jaxcal._validation import check_sample_weight as _check_weight
 from jaxcal.calibrators._base import maybe_check_scores
@@ -156,14 +158,29 @@ class BaseRateCorrected:
 
     def logit(self, scores: ArrayLike) -> jax.Array:
         """Corrected logits ``logit p(s) + shift``."""
-        return _logit_of(self.base, maybe_check_scores(scores)) + self.shift
+        return map_padded(lambda s: _corrected_logit(self, s), maybe_check_scores(scores))
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Corrected probabilities ``sigmoid(logit p(s) + shift)``."""
-        return jax.nn.sigmoid(self.logit(scores))
+        return map_padded(lambda s: _corrected_predict(self, s), maybe_check_scores(scores))
 
 
-@jax.jit
+@jit
+def _corrected_logit(corrected: BaseRateCorrected, scores: jax.Array) -> jax.Array:
+    return _logit_of(corrected.base, scores) + corrected.shift
+
+
+@jit
+def _corrected_predict(corrected: BaseRateCorrected, scores: jax.Array) -> jax.Array:
+    return jax.nn.sigmoid(_logit_of(corrected.base, scores) + corrected.shift)
+
+
+@jit
+def _base_logit(calibrator: Any, scores: jax.Array) -> jax.Array:
+    return _logit_of(calibrator, scores)
+
+
+@jit
 def _solve_shift(z: jax.Array, y: jax.Array, w: jax.Array, tol: jax.Array) -> jax.Array:
     """Root of f(d) = sum w (sigmoid(z + d) - y), increasing in d: safeguarded Newton.
 
@@ -243,11 +260,15 @@ def prior_shift_correction(
     if not hasattr(fitted_calibrator, "predict"):
         raise ValueError("fitted_calibrator must be a fitted calibrator with a predict method.")
     s, y, w = check_fit_inputs(mar_scores, mar_labels, sample_weight)
-    z = _logit_of(fitted_calibrator, jnp.asarray(s))
-    if not bool(jnp.all(jnp.isfinite(z))):
+    dtype = np.dtype(jnp.result_type(float))
+    z = np.asarray(map_padded(lambda x: _base_logit(fitted_calibrator, x), s.astype(dtype)))
+    if not np.all(np.isfinite(z)):
         raise ValueError("the calibrator returned non-finite probabilities on mar_scores.")
-    dtype = z.dtype
     if tol is None:
-        tol = 1e-12 if dtype == jnp.float64 else 1e-6
-    shift = _solve_shift(z, jnp.asarray(y, dtype), jnp.asarray(w, dtype), jnp.asarray(tol, dtype))
+        tol = 1e-12 if dtype == np.float64 else 1e-6
+    # padded to the size bucket with zero-weight copies of the first logit (jaxcal._shapes)
+    z, y, w = pad_rows(
+        padded_size(z.shape[0]), z, y.astype(dtype), w.astype(dtype), fills=(z[0], 0, 0)
+    )
+    shift = _solve_shift(z, y, w, np.asarray(tol, dtype))
     return BaseRateCorrected(base=fitted_calibrator, shift=shift)

@@ -266,3 +266,27 @@ def test_prior_shift_correction_errors(sim):
         negative_sampling_base_rate(57, loss="bogus")
     with pytest.raises(ValueError, match="mean_inverse_propensity"):
         negative_sampling_base_rate(57, loss="ips", mean_inverse_propensity=0.5)
+
+
+def test_prior_shift_new_sizes_compile_nothing_and_padding_is_exact(compiles):
+    from jaxcal._shapes import exact_shapes
+
+    rng = np.random.default_rng(11)
+
+    def sample(m):
+        s = rng.normal(size=m)
+        return s, (rng.random(m) < 1 / (1 + np.exp(-(s + 0.5)))).astype(np.float64)
+
+    fitted = jaxcal.PlattScaling().fit(*sample(2000))
+    s, y = sample(700)
+    prior_shift_correction(fitted, s, y).predict(s)  # warm: bucket 1024
+    with compiles() as c:
+        for m in (800, 1000):
+            s, y = sample(m)
+            corrected = prior_shift_correction(fitted, s, y, tol=1e-11)
+            p = corrected.predict(s)
+    assert c.count == 0
+    with exact_shapes():
+        exact = prior_shift_correction(fitted, s, y, tol=1e-11)
+        np.testing.assert_allclose(exact.predict(s), p, rtol=1e-12)
+    np.testing.assert_allclose(exact.shift, corrected.shift, rtol=1e-12, atol=1e-12)
