@@ -328,26 +328,24 @@ def _value_grad_hess(prob: _Problem, phi, eta):
 
 
 def _spd_solve(M, b):
-    """``M^{-1} b`` for a small symmetric positive definite ``M`` (``[p, p]``, ``p <= 4``)
-    and ``b`` of shape ``[p]`` or ``[p, m]``, by an unrolled Cholesky factorisation.
+    """``M^{-1} b`` for a small symmetric positive definite ``M`` (``[p, p]``) and ``b`` of
+    shape ``[p]`` or ``[p, m]``: Gauss-Jordan elimination on ``[M | b]``, unrolled over the
+    ``p`` (static, tiny) pivots.
 
-    Written as scalar arithmetic on the entries (``p`` is static and tiny), so XLA fuses it
-    into a handful of kernels: the solver's programs compile several times faster than
-    with LAPACK calls, whose pivoting and triangular solves each add a dozen kernels.
+    Without pivoting, which a positive definite matrix does not need (the pivots are the
+    ones of its Cholesky factorisation, squared). A few whole-matrix operations per pivot:
+    XLA fuses them into a handful of kernels, where LAPACK's pivoted LU and triangular
+    solves add a dozen kernels per call site to the solver's programs.
     """
     p = M.shape[-1]
-    L = [[None] * p for _ in range(p)]
+    vec = b.ndim == 1
+    A = jnp.concatenate([M, b[:, None] if vec else b], axis=1)  # [p, p + m]
+    rows = np.arange(p)[:, None]
     for j in range(p):
-        L[j][j] = jnp.sqrt(M[j, j] - sum((L[j][k] ** 2 for k in range(j)), 0.0))
-        for i in range(j + 1, p):
-            L[i][j] = (M[i, j] - sum((L[i][k] * L[j][k] for k in range(j)), 0.0)) / L[j][j]
-    y: list = []
-    for i in range(p):
-        y.append((b[i] - sum((L[i][k] * y[k] for k in range(i)), 0.0)) / L[i][i])
-    x: list = [None] * p
-    for i in reversed(range(p)):
-        x[i] = (y[i] - sum((L[k][i] * x[k] for k in range(i + 1, p)), 0.0)) / L[i][i]
-    return jnp.stack(x)
+        pivot_row = A[j] / A[j, j]
+        A = jnp.where(rows == j, pivot_row[None, :], A - A[:, j : j + 1] * pivot_row[None, :])
+    x = A[:, p:]
+    return x[:, 0] if vec else x
 
 
 def _row_gram_solve(C, active, b):
