@@ -59,9 +59,9 @@ def _leaf_spec(x: Any) -> Any:
     if isinstance(x, jax.Array):
         if not isinstance(x.sharding, jax.sharding.SingleDeviceSharding):
             return None
-        return (x.shape, x.dtype.str, x.weak_type, repr(x.sharding))
+        return (x.shape, str(x.dtype), x.weak_type, repr(x.sharding))
     if isinstance(x, np.ndarray | np.generic):
-        return (x.shape, x.dtype.str)
+        return (x.shape, str(x.dtype))
     if isinstance(x, bool | int | float | complex):
         return type(x).__name__  # weakly typed; its dtype follows jax_enable_x64 (in the key)
     return None

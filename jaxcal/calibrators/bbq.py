@@ -20,8 +20,11 @@ with :math:`N_b` the (weighted) count in bin :math:`b`, :math:`m_b` its positive
     \qquad \ell_B = \log P(D \mid M_B),
 
 where the normalised weights are computed by ``logsumexp`` (never exponentiating a summed
-log-likelihood). All models are evaluated at once (``vmap`` over :math:`B`, bins padded to
-the largest :math:`B`) from one sort and two cumulative sums: ``O(N log N + M B_max)``.
+log-likelihood). All models are evaluated at once, one entry per (model, bin) pair, from one
+sort and two cumulative sums: ``O(N log N + \sum_B B)``. The weighted average of the models
+is one step map over the union of their edges (every edge is a sorted training score, so a
+difference array over sorted positions and a cumulative sum build it without another sort):
+prediction is one binary search per score, ``O(log N)``.
 
 Choices: bins are equal-frequency in the *sorted training scores* with ties kept in one bin
 (a tied sample can give empty bins, which contribute a factor 1). The bin's mid score
@@ -54,8 +57,12 @@ from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
 import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
+from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal.calibrators.histogram import step_map
+from jaxcal.calibrators.isotonic import cummax, cumsum
 
 __all__ = ["BBQ", "FittedBBQ", "bbq_bin_counts"]
 
@@ -68,52 +75,108 @@ def bbq_bin_counts(n: int, c: float) -> np.ndarray:
     return np.arange(lo, hi + 1)
 
 
-@functools.partial(jax.jit, static_argnames=("b_max", "logit_scale"))
-def _fit_bbq(s, t, w, n_bins, ess, *, b_max: int, logit_scale: bool):
-    n = s.shape[0]
+def _slots(n_bins: np.ndarray, size: int, c: float) -> tuple[int, int]:
+    """How many models and (model, bin) pairs the program holds: bounds that hold for every
+    ``n`` of the bucket of ``size`` points (no model has more bins than ``B_top``, the
+    largest count at ``size`` points), so that one program serves the whole bucket; the
+    exact counts when padding is off."""
+    if not _shapes.padding_enabled():
+        return n_bins.shape[0], int(n_bins.sum())
+    top = int(bbq_bin_counts(size, c)[-1])
+    return _shapes.padded_size(top), _shapes.padded_size(top * (top + 1) // 2)
+
+
+def _model_layout(n_bins: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Host arrays of the (model, bin) pairs, model by model, padded to ``size`` pairs:
+    each pair's model index (``M`` on padding) and bin index (0 on padding)."""
+    model = np.repeat(np.arange(n_bins.shape[0]), n_bins)
+    first = np.repeat(np.cumsum(n_bins) - n_bins, n_bins)
+    bin_index = np.arange(model.shape[0]) - first
+    return _shapes.pad_axis(model, size, n_bins.shape[0]), _shapes.pad_axis(bin_index, size, 0)
+
+
+@functools.partial(jit, static_argnames=("logit_scale",))
+def _fit_bbq(s, t, w, n, n_bins, m, model, bin_index, ess, *, logit_scale: bool):
+    """Every model's score and bins, and their posterior-weighted average as a step map.
+
+    ``s, t, w`` hold ``n`` real points, then padding (copies of the largest score with zero
+    weight, so the first ``n`` sorted scores are the real ones). ``n_bins`` holds the bin
+    counts of the ``m`` models, then padding; the pairs ``(model, bin_index)`` list every
+    bin of every model, model by model, then padding pairs of model ``m``.
+
+    Returns per pair its bin's lower edge (the data minimum or 0 for the first bin) and
+    ``theta``; per model the log marginal likelihood and the normalised log weight; the
+    sorted scores with the cumulative average right of each position and whether an edge
+    sits there (see ``_ensemble_table``); and the average left of every edge.
+    """
     order = jnp.argsort(s)
     ss = s[order]
     tt = t[order]  # IPS targets may exceed 1; m_b is clipped per bin below
     ww = w[order]
-    cw = jnp.concatenate([jnp.zeros(1, w.dtype), jnp.cumsum(ww)])
-    cm = jnp.concatenate([jnp.zeros(1, w.dtype), jnp.cumsum(ww * tt)])
+    cw = jnp.concatenate([jnp.zeros(1, w.dtype), cumsum(ww)])
+    cm = jnp.concatenate([jnp.zeros(1, w.dtype), cumsum(ww * tt)])
+    # points below ss[i]: the first position of its tie run
+    new_run = jnp.concatenate([jnp.ones(1, bool), ss[1:] != ss[:-1]])
+    run_start = cummax(jnp.where(new_run, jnp.arange(ss.shape[0]), 0))
     lo_all = ss[0] if logit_scale else jnp.zeros((), s.dtype)
-    hi_all = ss[-1] if logit_scale else jnp.ones((), s.dtype)
-    k = jnp.arange(1, b_max)
+    hi_all = ss[n - 1] if logit_scale else jnp.ones((), s.dtype)
 
-    def one(B):
-        valid_edge = k < B
-        pos = jnp.minimum((k * n) // B, n - 1)
-        edges = jnp.where(valid_edge, ss[pos], jnp.inf)  # [b_max - 1], padded with +inf
-        cut = jnp.searchsorted(ss, edges, side="left")  # points below each edge
-        bounds = jnp.concatenate([jnp.zeros(1, cut.dtype), cut, jnp.full(1, n, cut.dtype)])
-        bounds = jnp.where(jnp.arange(b_max + 1) >= B, n, bounds)
-        N_b = cw[bounds[1:]] - cw[bounds[:-1]]
-        m_b = jnp.clip(cm[bounds[1:]] - cm[bounds[:-1]], 0.0, N_b)
-        lo = jnp.concatenate([lo_all[None], edges])
-        hi = jnp.concatenate([edges, hi_all[None]])
-        hi = jnp.where(jnp.arange(b_max) == B - 1, hi_all, hi)
-        mid = 0.5 * (lo + jnp.where(jnp.isfinite(hi), hi, lo))
-        p = jax.nn.sigmoid(mid) if logit_scale else mid
-        p = jnp.clip(p, 1e-6, 1.0 - 1e-6)  # keep the Beta prior proper at 0 / 1
-        a0 = ess / B
-        alpha, beta = a0 * p, a0 * (1.0 - p)
-        term = (
-            gammaln(a0)
-            - gammaln(N_b + a0)
-            + gammaln(m_b + alpha)
-            - gammaln(alpha)
-            + gammaln(N_b - m_b + beta)
-            - gammaln(beta)
-        )
-        used = jnp.arange(b_max) < B
-        log_ml = jnp.sum(jnp.where(used, term, 0.0))
-        theta = jnp.where(used, (m_b + alpha) / (N_b + a0), 0.0)
-        return edges, theta, log_ml
-
-    edges, theta, log_ml = jax.vmap(one)(n_bins)
+    n_slots = n_bins.shape[0]
+    real = model < m
+    B = n_bins[jnp.minimum(model, n_slots - 1)]
+    has_lo, has_hi = bin_index > 0, bin_index + 1 < B
+    pos_lo = jnp.minimum((bin_index * n) // B, n - 1)  # the bin's lower edge is ss[pos_lo]
+    pos_hi = jnp.minimum(((bin_index + 1) * n) // B, n - 1)
+    cut_lo = jnp.where(has_lo, run_start[pos_lo], 0)  # points below each edge
+    cut_hi = jnp.where(has_hi, run_start[pos_hi], n)
+    N_b = cw[cut_hi] - cw[cut_lo]
+    m_b = jnp.clip(cm[cut_hi] - cm[cut_lo], 0.0, N_b)
+    lo = jnp.where(has_lo, ss[pos_lo], lo_all)
+    mid = 0.5 * (lo + jnp.where(has_hi, ss[pos_hi], hi_all))
+    p = jax.nn.sigmoid(mid) if logit_scale else mid
+    p = jnp.clip(p, 1e-6, 1.0 - 1e-6)  # keep the Beta prior proper at 0 / 1
+    a0 = ess / B
+    alpha, beta = a0 * p, a0 * (1.0 - p)
+    # one gammaln of all six arguments: a single copy of its long expansion to compile
+    args = jnp.stack([a0, N_b + a0, m_b + alpha, alpha, N_b - m_b + beta, beta])
+    lg = gammaln(args)
+    term = lg[0] - lg[1] + lg[2] - lg[3] + lg[4] - lg[5]
+    log_ml = jax.ops.segment_sum(
+        jnp.where(real, term, 0.0), model, num_segments=n_slots, indices_are_sorted=True
+    )
+    log_ml = jnp.where(jnp.arange(n_slots) < m, log_ml, -jnp.inf)
     log_weight = log_ml - jax.nn.logsumexp(log_ml)
-    return edges, theta, log_ml, log_weight
+    theta = (m_b + alpha) / (N_b + a0)
+    weight = jnp.where(real, jnp.exp(log_weight[jnp.minimum(model, n_slots - 1)]), 0.0)
+    table, is_edge, base = _ensemble_table(theta, weight, has_lo & real, pos_lo, ss.shape[0])
+    return lo, theta, log_ml, log_weight, ss, table, is_edge, base
+
+
+def _ensemble_table(theta, weight, is_lower_edge, position, size):
+    r"""The posterior-weighted average of the models as one step map over sorted positions.
+
+    Model :math:`m` jumps by :math:`\theta_{m,k} - \theta_{m,k-1}` at the lower edge of its
+    bin :math:`k \ge 1`, which is the sorted training score at some position. The average at
+    a score :math:`s` is :math:`\sum_m w_m \theta_{m,0}` plus the weighted jumps of every
+    edge :math:`\le s`: a difference array over the positions and one cumulative sum give it
+    right of every position (``[size]``), with a flag for the positions that carry an edge.
+    Pairs are model by model, so a pair's predecessor is the same model's previous bin.
+    """
+    jump = weight * (theta - jnp.concatenate([theta[:1], theta[:-1]]))
+    at = jnp.where(is_lower_edge, position, size)
+    diff = jnp.zeros(size, theta.dtype).at[at].add(jump, mode="drop")
+    is_edge = jnp.zeros(size, bool).at[at].set(True, mode="drop")
+    base = jnp.sum(jnp.where(is_lower_edge, 0.0, weight * theta))
+    return base + cumsum(diff), is_edge, base
+
+
+def _compact_table(ss, table, is_edge, base) -> tuple[np.ndarray, np.ndarray]:
+    """Host-side: the sorted distinct edges and the average left of the first one and right
+    of each (the last of tied edge positions holds the value right of their score)."""
+    at = np.flatnonzero(is_edge)
+    e = ss[at]
+    last = np.r_[e[1:] != e[:-1], True] if at.size else np.zeros(0, bool)
+    return e[last], np.r_[base, table[at[last]]]
 
 
 @pytree_dataclass
@@ -126,6 +189,13 @@ class FittedBBQ(FittedCalibrator):
         log_marginal_likelihood: ``[M]`` BDeu log marginal likelihood of each model.
         log_weight: ``[M]`` normalised log posterior weight of each model.
         n_bins: ``[M]`` bin count of each model.
+        table_edges: ``[T]`` the distinct edges of all models, sorted, then ``+inf`` (the
+            ``K <= N`` edges padded to the bucket size of the ``N`` training points, see
+            ``jaxcal._shapes``, so that ``predict`` compiles once per bucket).
+        table_values: ``[T + 1]`` the posterior-weighted average of the models between
+            consecutive table edges (``table_values[j]`` right of the first ``j`` edges; the
+            last value repeated over the padding): what ``predict`` evaluates, in
+            ``O(log T)`` per score.
     """
 
     edges: jax.Array
@@ -133,18 +203,14 @@ class FittedBBQ(FittedCalibrator):
     log_marginal_likelihood: jax.Array
     log_weight: jax.Array
     n_bins: jax.Array
+    table_edges: jax.Array
+    table_values: jax.Array
     logit_scale: bool = static_field(default=False)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Posterior-weighted average of the models' bin probabilities."""
-        s = jnp.asarray(maybe_check_scores(scores)).astype(self.edges.dtype)
-        flat = s.reshape(-1)
-
-        def one(e, th):
-            return th[jnp.searchsorted(e, flat, side="right")]
-
-        per_model = jax.vmap(one)(self.edges, self.theta)  # [M, n]
-        return jnp.sum(jnp.exp(self.log_weight)[:, None] * per_model, axis=0).reshape(s.shape)
+        """Posterior-weighted average of the models' bin probabilities (one search of the
+        ensemble's table per score)."""
+        return step_map(scores, self.table_edges, self.table_values)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,20 +260,44 @@ class BBQ:
         if self.score_scale == "probability" and not in_unit:
             raise ValueError("score_scale='probability' needs scores in [0, 1].")
         logit = self.score_scale == "logit" or (self.score_scale == "auto" and not in_unit)
-        n_bins = bbq_bin_counts(d.scores.shape[0], float(self.c))
+        n = d.scores.shape[0]
+        n_bins = bbq_bin_counts(n, float(self.c))
+        m, b_max, n_pairs = n_bins.shape[0], int(n_bins[-1]), int(n_bins.sum())
+        size = _shapes.padded_size(n)
+        padded = _shapes.pad_rows(
+            size, d.scores, d.targets, d.weights, fills=(d.scores.max(), 0, 0)
+        )
+        model_slots, pair_slots = _slots(n_bins, size, float(self.c))
+        model, bin_index = _model_layout(n_bins, pair_slots)
         dtype = jnp.result_type(float)
-        edges, theta, log_ml, log_w = _fit_bbq(
-            *(jnp.asarray(a, dtype) for a in (d.scores, d.targets, d.weights)),
-            jnp.asarray(n_bins),
-            jnp.asarray(self.equivalent_sample_size, dtype),
-            b_max=int(n_bins[-1]),
+        out = _fit_bbq(
+            *(jax.device_put(np.asarray(a, dtype)) for a in padded),
+            n,
+            _shapes.pad_axis(n_bins, model_slots, n_bins[-1]),
+            m,
+            model,
+            bin_index,
+            np.asarray(self.equivalent_sample_size, dtype),
             logit_scale=logit,
         )
+        lo, theta, log_ml, log_w, ss, table, is_edge, base = jax.device_get(out)
+        model, bin_index = model[:n_pairs], bin_index[:n_pairs]
+        theta_mb = np.zeros((m, b_max), theta.dtype)
+        theta_mb[model, bin_index] = theta[:n_pairs]
+        edges_mb = np.full((m, b_max - 1), np.inf, lo.dtype)
+        inner = bin_index > 0
+        edges_mb[model[inner], bin_index[inner] - 1] = lo[:n_pairs][inner]
+        table_e, table_v = _compact_table(ss[:n], table[:n], is_edge[:n], base)
+        # padded as the points were (K <= n distinct edges): predict compiles once per bucket
+        table_e = _shapes.pad_axis(table_e, size, np.inf)
+        table_v = _shapes.pad_axis(table_v, size + 1, table_v[-1])
         return FittedBBQ(
-            edges=edges,
-            theta=theta,
-            log_marginal_likelihood=log_ml,
-            log_weight=log_w,
-            n_bins=jnp.asarray(n_bins),
+            edges=jax.device_put(edges_mb),
+            theta=jax.device_put(theta_mb),
+            log_marginal_likelihood=jax.device_put(log_ml[:m]),
+            log_weight=jax.device_put(log_w[:m]),
+            n_bins=jax.device_put(n_bins),
+            table_edges=jax.device_put(table_e),
+            table_values=jax.device_put(table_v),
             logit_scale=logit,
         )

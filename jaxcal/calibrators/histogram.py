@@ -33,21 +33,31 @@ import numpy as np
 from jax.typing import ArrayLike
 
 import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
+from jaxcal.calibrators.isotonic import searchsorted
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
 
 _STRATEGIES = ("uniform", "quantile")
 
 
-def histogram_edges(scores: jax.Array, n_bins: int, strategy: str) -> jax.Array:
-    """``[n_bins - 1]`` inner bin edges; bin ``b`` is ``edges[b-1] <= s < edges[b]``."""
+def histogram_edges(
+    scores: jax.Array, n_bins: int, strategy: str, *, n: ArrayLike | None = None
+) -> jax.Array:
+    """``[n_bins - 1]`` inner bin edges; bin ``b`` is ``edges[b-1] <= s < edges[b]``.
+
+    ``n``: the number of real scores (traced, default all); the scores after them are
+    padding, which must not lie below any real score (copies of the largest one), so that
+    the edges are those of the first ``n`` scores."""
+    n = scores.shape[0] if n is None else n
     if strategy == "uniform":
         lo, hi = jnp.min(scores), jnp.max(scores)
         return lo + (hi - lo) * jnp.arange(1, n_bins, dtype=scores.dtype) / n_bins
     ss = jnp.sort(scores)
-    pos = (jnp.arange(1, n_bins) * scores.shape[0]) // n_bins
+    pos = (jnp.arange(1, n_bins) * n) // n_bins
     return ss[pos]
 
 
@@ -62,10 +72,36 @@ def fill_empty_bins(value: jax.Array, filled: jax.Array) -> jax.Array:
     return jnp.where(filled, value, value[jnp.clip(src, 0, value.shape[0] - 1)])
 
 
-@functools.partial(jax.jit, static_argnames=("n_bins", "strategy"))
-def _fit_histogram(s, t, w, *, n_bins: int, strategy: str):
-    edges = histogram_edges(s, n_bins, strategy)
-    b = jnp.searchsorted(edges, s, side="right")
+def padded_steps(edges: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Host copies of a step map's table (``[K]`` sorted edges, ``[K + 1]`` values) padded to
+    the bucket size of ``K`` (``jaxcal._shapes``): edges with ``+inf`` (never at or below a
+    finite score), values with the last value. A predict program then compiles once per
+    bucket of table sizes."""
+    e, v = np.asarray(edges), np.asarray(values)
+    size = _shapes.padded_size(e.shape[0])
+    return _shapes.pad_axis(e, size, np.inf), _shapes.pad_axis(v, size + 1, v[-1])
+
+
+@jit
+def _step_map_core(scores, edges, values):
+    return values[searchsorted(edges, scores.astype(edges.dtype))]
+
+
+def step_map(scores: ArrayLike, edges: jax.Array, values: jax.Array) -> jax.Array:
+    """The right-continuous step map ``values[#(edges <= s)]`` at validated ``scores`` (any
+    shape): one jitted program on scores and table padded to their bucket sizes; traced
+    inputs (inside a caller's ``jit``) go straight through."""
+    s = maybe_check_scores(scores)
+    if _shapes.is_traced(s, edges, values):
+        return _step_map_core(jnp.asarray(s), edges, values)
+    e, v = padded_steps(edges, values)
+    return _shapes.map_padded(lambda x: _step_map_core(x, e, v), s)
+
+
+@functools.partial(jit, static_argnames=("n_bins", "strategy"))
+def _fit_histogram(s, t, w, n, *, n_bins: int, strategy: str):
+    edges = histogram_edges(s, n_bins, strategy, n=n)
+    b = searchsorted(edges, s)
     W = jax.ops.segment_sum(w, b, num_segments=n_bins)
     T = jax.ops.segment_sum(w * t, b, num_segments=n_bins)
     value = jnp.clip(T / jnp.where(W > 0, W, 1.0), 0.0, 1.0)
@@ -88,8 +124,7 @@ class FittedHistogram(FittedCalibrator):
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """The value of the bin each score falls in (ends extend to +-infinity)."""
-        s = jnp.asarray(maybe_check_scores(scores)).astype(self.edges.dtype)
-        return self.values[jnp.searchsorted(self.edges, s, side="right")]
+        return step_map(scores, self.edges, self.values)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -125,9 +160,14 @@ class HistogramBinning:
         d = prepare_fit(
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
+        n = d.scores.shape[0]
+        padded = _shapes.pad_rows(
+            _shapes.padded_size(n), d.scores, d.targets, d.weights, fills=(d.scores.max(), 0, 0)
+        )
         dtype = jnp.result_type(float)
         edges, values, W = _fit_histogram(
-            *(jnp.asarray(a, dtype) for a in (d.scores, d.targets, d.weights)),
+            *(jax.device_put(np.asarray(a, dtype)) for a in padded),
+            n,
             n_bins=int(self.n_bins),
             strategy=self.strategy,
         )

@@ -58,6 +58,8 @@ from jax import lax
 from jax.typing import ArrayLike
 
 import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
@@ -67,92 +69,89 @@ from jaxcal.calibrators._pav import pav
 __all__ = ["isotonic_regression", "IsotonicCalibration", "FittedIsotonic", "isotonic_knots"]
 
 _INTERPOLATIONS = ("linear", "step")
+_UNROLL_STEPS = 5  # binary searches over fewer than 32 edges are unrolled (faster to compile)
+MIN_KNOTS = 1024  # knot tables of predict programs hold at least this many entries
 
 
-def _bucket(n: int) -> int:
-    """Padded length (next power of two, at least 64): few shapes, so few compilations."""
-    return max(64, 1 << max(int(n - 1).bit_length(), 0))
-
-
-def _pad(x, y, w, group=None):
-    """Pad to ``_bucket(n)`` with zero-weight copies of the largest score (exact: a zero
-    weight point tied with the top run changes no run sum and no run count)."""
-    n = x.shape[0]
-    m = _bucket(n) - n
-    top = int(np.argmax(x))
-    x = np.concatenate([x, np.full(m, x[top])])
-    y = np.concatenate([y, np.zeros(m)])
-    w = np.concatenate([w, np.zeros(m)])
-    if group is not None:
-        group = np.concatenate([group, np.full(m, group[top])])
-    return x, y, w, group
-
-
-def _is_traced(*xs) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in xs)
+def _pad_top(x, y, w, group, size: int, increasing: bool):
+    """Pad to ``size`` with zero-weight copies of the top score (the largest, or the smallest
+    for a decreasing fit): exact, since a zero-weight point tied with the top run changes no
+    run sum and no run count. Host-side (NumPy)."""
+    top = int(np.argmax(x) if increasing else np.argmin(x))
+    fills = [x[top], 0.0, 0.0] + ([] if group is None else [group[top]])
+    arrays = [x, y, w] + ([] if group is None else [group])
+    out = _shapes.pad_rows(size, *arrays, fills=fills)
+    return (*out[:3], None if group is None else out[3])
 
 
 def _check_bounds(y_min, y_max) -> None:
     for name, v in (("y_min", y_min), ("y_max", y_max)):
-        if v is not None and not _is_traced(v) and not np.all(np.isfinite(np.asarray(v))):
+        if v is not None and not _shapes.is_traced(v) and not np.all(np.isfinite(np.asarray(v))):
             raise ValueError(f"{name} must be finite or None; got {v!r}.")
     if (
         y_min is not None
         and y_max is not None
-        and not _is_traced(y_min, y_max)
+        and not _shapes.is_traced(y_min, y_max)
         and np.any(np.asarray(y_min) > np.asarray(y_max))
     ):
         raise ValueError(f"y_min must be <= y_max; got y_min={y_min!r} > y_max={y_max!r}.")
 
 
-def _unpadded(native: bool) -> bool:
-    """Eager calls skip the power-of-two padding when the compiled CPU kernel will run
-    (it compiles in well under a second per length; the merge tree takes seconds)."""
-    return native and jax.default_backend() == "cpu"
+def eager_kernel(native: bool) -> str:
+    """The PAV implementation for a program compiled by an eager call (arrays on the default
+    device): ``"cpu"`` (the compiled kernel alone: the merge tree is not even traced) where
+    the kernel is available and the default backend is a CPU, else ``"portable"``."""
+    return "cpu" if native and jax.default_backend() == "cpu" else "portable"
 
 
-@functools.partial(jax.jit, static_argnames=("has_group", "native"))
-def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, native: bool):
+def _pav_or_kernel(kernel: str, cpu, portable, *args):
+    """``cpu(*args)`` or ``portable(*args)``; ``"auto"`` lets ``platform_dependent`` pick per
+    program (inside a caller's ``jit``, whose backend is known only at lowering)."""
+    if kernel == "cpu":
+        return cpu(*args)
+    if kernel == "auto":
+        return lax.platform_dependent(*args, cpu=cpu, default=portable)
+    return portable(*args)
+
+
+@functools.partial(jit, static_argnames=("has_group", "kernel"))
+def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: str):
     """The fitted values only, clipped to ``[lo, hi]`` (XLA then drops the run-level
     outputs that ``isotonic_regression`` does not return: ~25% less time at 1e6 points).
-    ``increasing`` is traced, so both directions share one compilation per shape.
+    ``increasing`` and the bounds are traced, so they share one compilation per shape.
 
-    With ``native``, a program compiled for CPU calls the compiled sequential PAV
-    (``jaxcal._native``) and programs for other backends the merge tree."""
+    ``kernel``: ``"cpu"`` (the compiled sequential PAV of ``jaxcal._native``),
+    ``"portable"`` (the merge tree) or ``"auto"`` (the kernel in programs compiled for a CPU,
+    the merge tree elsewhere)."""
     u = jnp.where(increasing, x, -x)
     g = group if has_group else None
 
     def portable(u, y, w, g):
         return pav(u, y, w, g).fitted
 
-    args = (u, y, w, g)
-    fitted = (
-        lax.platform_dependent(*args, cpu=pav_fitted_cpu, default=portable)
-        if native
-        else portable(*args)
-    )
+    fitted = _pav_or_kernel(kernel, pav_fitted_cpu, portable, u, y, w, g)
     return jnp.clip(fitted, lo, hi)
 
 
-@functools.partial(jax.jit, static_argnames=("native",))
-def _pav_runs(x, y, w, increasing, *, native: bool):
+@functools.partial(jit, static_argnames=("kernel",))
+def pav_runs(x, y, w, increasing, *, kernel: str):
     """The run-level result of one problem, what the knots of a fitted calibrator need:
-    ``(run_x, run_weight, run_value, block_start, n_runs)`` (no per-point outputs). With
-    ``native``, CPU programs take it from the compiled kernel."""
+    ``(run_x, run_weight, run_value, block_start, n_runs)`` (no per-point outputs), valid
+    for the first ``n_runs`` entries. ``kernel`` as in ``_pav_fitted``."""
     u = jnp.where(increasing, x, -x)
 
     def portable(u, y, w):
         r = pav(u, y, w)
         return r.run_x, r.run_weight, r.run_value, r.block_start, r.n_runs.astype(jnp.int32)
 
-    def cpu(u, y, w):  # padded to the merge tree's power-of-two run arrays
+    def cpu(u, y, w):
         *runs, n_runs = pav_runs_cpu(u, y, w)
-        extra = (1 << max(int(u.shape[0] - 1).bit_length(), 0)) - u.shape[0]
-        runs = [jnp.pad(a, (0, extra), constant_values=i == 3) for i, a in enumerate(runs)]
+        if kernel == "auto":  # both branches must return the merge tree's run arrays
+            extra = (1 << max(int(u.shape[0] - 1).bit_length(), 0)) - u.shape[0]
+            runs = [jnp.pad(a, (0, extra), constant_values=i == 3) for i, a in enumerate(runs)]
         return (*runs, n_runs)
 
-    args = (u, y, w)
-    return lax.platform_dependent(*args, cpu=cpu, default=portable) if native else portable(*args)
+    return _pav_or_kernel(kernel, cpu, portable, u, y, w)
 
 
 def isotonic_regression(
@@ -204,41 +203,62 @@ def isotonic_regression(
     if not isinstance(increasing, bool | np.bool_):
         raise ValueError(f"increasing must be True or False; got {increasing!r}.")
     _check_bounds(y_min, y_max)
-    n = None
     native = pav_cpu_available()
-    if not _is_traced(x, y, sample_weight, group):
-        x = check_scores(x, name="x")
-        n = x.shape[0]
-        y = check_scores(y, name="y")
-        if y.shape[0] != n:
-            raise ValueError(f"length mismatch: {n} x values but {y.shape[0]} y values.")
-        w = check_sample_weight(sample_weight, n)
-        if group is not None:
-            group = check_groups(group, n)
-        if _unpadded(native):
-            pass
-        elif not increasing:  # pad with the minimum, which is the top of -x
-            x, y, w, group = _pad(-x, y, w, group)
-            x = -x
-        else:
-            x, y, w, group = _pad(x, y, w, group)
-        dtype = jnp.result_type(float)
-        x, y, w = (jax.device_put(np.asarray(a, dtype)) for a in (x, y, w))
-        if group is not None:
-            group = jax.device_put(group)
-    else:
+    if _shapes.is_traced(x, y, sample_weight, group):
         x = jnp.asarray(x)
         y = jnp.asarray(y, x.dtype)
         w = jnp.ones_like(y) if sample_weight is None else jnp.asarray(sample_weight, y.dtype)
-    lo = -jnp.inf if y_min is None else y_min
-    hi = jnp.inf if y_max is None else y_max
-    lo, hi = jnp.asarray(lo, y.dtype), jnp.asarray(hi, y.dtype)
+        lo = jnp.asarray(-jnp.inf if y_min is None else y_min, y.dtype)
+        hi = jnp.asarray(jnp.inf if y_max is None else y_max, y.dtype)
+        has_group = group is not None
+        return _pav_fitted(
+            x,
+            y,
+            w,
+            group if has_group else jnp.zeros((), jnp.int32),
+            jnp.asarray(bool(increasing)),
+            lo,
+            hi,
+            has_group=has_group,
+            kernel="auto" if native else "portable",
+        )
+    x = check_scores(x, name="x")
+    n = x.shape[0]
+    y = check_scores(y, name="y")
+    if y.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} x values but {y.shape[0]} y values.")
+    w = check_sample_weight(sample_weight, n)
+    if group is not None:
+        group = check_groups(group, n)
+    size = _shapes.padded_size(n)
+    x, y, w, group = _pad_top(x, y, w, group, size, bool(increasing))
+    dtype = jnp.result_type(float)
+    lo, hi = (_bound(v, fill, n, size, dtype) for v, fill in ((y_min, -np.inf), (y_max, np.inf)))
     has_group = group is not None
-    g = group if has_group else jnp.zeros((), jnp.int32)
     out = _pav_fitted(
-        x, y, w, g, jnp.asarray(bool(increasing)), lo, hi, has_group=has_group, native=native
+        *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),
+        jax.device_put(group) if has_group else np.zeros((), np.int32),
+        np.asarray(bool(increasing)),
+        lo,
+        hi,
+        has_group=has_group,
+        kernel=eager_kernel(native),
     )
-    return out if n is None or out.shape[0] == n else out[:n]
+    return _shapes.unpad(out, n)
+
+
+def _bound(v, default: float, n: int, size: int, dtype):
+    """A clipping bound for the padded eager call: a scalar of ``dtype``, a per-point bound
+    padded to ``size`` (its last value), or a tracer passed through."""
+    if v is None:
+        return np.asarray(default, dtype)
+    if _shapes.is_traced(v):
+        return v
+    arr = np.asarray(v, dtype)
+    if arr.ndim == 0:
+        return arr
+    arr = np.broadcast_to(arr, (n,))
+    return _shapes.pad_axis(arr, size, arr[-1])
 
 
 def isotonic_knots(
@@ -246,23 +266,21 @@ def isotonic_knots(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Knots ``(u, v)`` of the fitted isotonic map, ``u = x`` (or ``-x`` if decreasing).
 
-    Runs the jitted PAV, then (on the host, eagerly) keeps each block's first and last score
+    Runs the jitted PAV (on the points padded to their bucket size, see ``jaxcal._shapes``),
+    then (on the host, eagerly) keeps each block's first and last score
     (the thresholds scikit-learn keeps) or, with ``centred=True``, one knot per block at its
     weighted mean score with the first / last block at the data minimum / maximum (CIR).
     ``u`` is strictly increasing and ``v`` non-decreasing.
     """
     keep = w > 0  # as scikit-learn: zero-weight points neither move the fit nor add knots
     x, y, w = x[keep], y[keep], w[keep]
-    native = pav_cpu_available()
-    if not _unpadded(native):
-        x, y, w, _ = _pad(x if increasing else -x, y, w)
-        x = x if increasing else -x
+    x, y, w, _ = _pad_top(x, y, w, None, _shapes.padded_size(x.shape[0]), increasing)
     dtype = jnp.result_type(float)
     run_x, run_w, run_v, run_start, n_runs = jax.device_get(
-        _pav_runs(
-            *(jnp.asarray(a, dtype) for a in (x, y, w)),
-            jnp.asarray(bool(increasing)),
-            native=native,
+        pav_runs(
+            *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),
+            np.asarray(bool(increasing)),
+            kernel=eager_kernel(pav_cpu_available()),
         )
     )
     k = int(n_runs)
@@ -292,6 +310,110 @@ def isotonic_knots(
     return centre, bv
 
 
+def searchsorted(edges: jax.Array, x: jax.Array, *, side: str = "right") -> jax.Array:
+    """``jnp.searchsorted(edges, x, side=side)`` for sorted ``edges``: how many edges are
+    ``<= x`` (``"right"``) or ``< x`` (``"left"``), for every ``x``. A branch-free binary
+    search, ``ceil(log2(K + 1))`` steps of one gather in a ``fori_loop`` (unrolled for small
+    tables), which XLA compiles faster than ``jnp.searchsorted`` and runs as fast. Plain
+    comparisons (``-0.0`` ties ``0.0``, as in NumPy)."""
+    edges = jnp.asarray(edges)
+    k = edges.shape[0]
+    count = jnp.zeros(jnp.shape(x), jnp.int32)
+    if k == 0:
+        return count
+    below = jnp.less_equal if side == "right" else jnp.less
+    top = 1 << (k.bit_length() - 1)
+
+    def body(i, lo):
+        cand = lo + jnp.right_shift(top, i)
+        ok = (cand <= k) & below(edges[jnp.minimum(cand, k) - 1], x)
+        return jnp.where(ok, cand, lo)
+
+    steps = k.bit_length()
+    return lax.fori_loop(0, steps, body, count, unroll=steps <= _UNROLL_STEPS)
+
+
+def _scan_cpu(op, x: jax.Array, init: jax.Array, reverse: bool) -> jax.Array:
+    return lax.scan(lambda c, v: (op(c, v),) * 2, init, x, reverse=reverse)[1]
+
+
+def cumsum(x: jax.Array) -> jax.Array:
+    """Inclusive prefix sum of a 1-D array (``jnp.cumsum``). CPU programs add in order
+    (``np.cumsum``'s rounding) in one ``lax.scan``, which XLA compiles in a third of the time
+    of ``jnp.cumsum``'s window tree and runs at least as fast; other backends keep
+    ``jnp.cumsum`` (a sequential loop is slow on an accelerator)."""
+    return lax.platform_dependent(
+        x, cpu=lambda x: _scan_cpu(jnp.add, x, jnp.zeros((), x.dtype), False), default=jnp.cumsum
+    )
+
+
+def cummax(x: jax.Array, *, reverse: bool = False) -> jax.Array:
+    """Inclusive prefix maximum of a 1-D array (``lax.cummax``); as :func:`cumsum`, a
+    ``lax.scan`` in CPU programs."""
+    return lax.platform_dependent(
+        x,
+        cpu=lambda x: _scan_cpu(jnp.maximum, x, x[-1 if reverse else 0], reverse),
+        default=lambda x: lax.cummax(x, reverse=reverse),
+    )
+
+
+def interpolate(u: jax.Array, knots_x: jax.Array, knots_y: jax.Array) -> jax.Array:
+    """Linear interpolation through the knots, constant beyond the first and last one.
+
+    ``knots_x`` is non-decreasing with at least one knot; repeated knots (the padding of
+    :func:`padded_knots`) are never interpolated across. At and beyond a knot the value is
+    the knot's own (``jnp.interp`` may differ there by one rounding)."""
+    hi = jnp.minimum(searchsorted(knots_x, u), knots_x.shape[0] - 1)
+    lo = jnp.maximum(hi - 1, 0)
+    x0, y0 = knots_x[lo], knots_y[lo]
+    dx = knots_x[hi] - x0
+    f = jnp.where(dx > 0, y0 + ((u - x0) / jnp.where(dx > 0, dx, 1)) * (knots_y[hi] - y0), y0)
+    f = jnp.where(u <= knots_x[0], knots_y[0], f)
+    return jnp.where(u >= knots_x[-1], knots_y[-1], f)
+
+
+def padded_knots(*arrays) -> list:
+    """Knot arrays (host copies) padded by repeating the last knot (exact for
+    :func:`interpolate` and for a right-continuous step map) to their bucket size, and to at
+    least ``MIN_KNOTS``: the knot count depends on the data, and a predict program then
+    compiles once for all calibrators with up to ``MIN_KNOTS`` knots (a binary search over
+    them takes 10 steps), then once per bucket."""
+    host = [np.asarray(a) for a in arrays]
+    k = host[0].shape[0]
+    size = max(_shapes.padded_size(k), MIN_KNOTS) if _shapes.padding_enabled() else k
+    return [_shapes.pad_axis(a, size, a[-1]) for a in host]
+
+
+@functools.partial(jit, static_argnames=("increasing", "interpolation"))
+def _knot_map_core(scores, knots_x, knots_y, *, increasing: bool, interpolation: str):
+    u = (scores if increasing else -scores).astype(knots_x.dtype)
+    if interpolation == "linear":
+        return interpolate(u, knots_x, knots_y)
+    idx = searchsorted(knots_x, u) - 1
+    return knots_y[jnp.clip(idx, 0, knots_x.shape[0] - 1)]
+
+
+def knot_map(
+    scores: ArrayLike,
+    knots_x: jax.Array,
+    knots_y: jax.Array,
+    *,
+    increasing: bool = True,
+    interpolation: str = "linear",
+) -> jax.Array:
+    """A monotone map through knots at validated ``scores`` (any shape): linear between the
+    knots (:func:`interpolate`) or the value of the last knot at or below the score
+    (``"step"``), in ``u = s`` (or ``-s`` when not ``increasing``). One jitted program on
+    scores and knots padded to their bucket sizes (shared by every calibrator whose map is
+    given by knots); traced inputs (inside a caller's ``jit``) go straight through."""
+    s = maybe_check_scores(scores)
+    core = functools.partial(_knot_map_core, increasing=increasing, interpolation=interpolation)
+    if _shapes.is_traced(s, knots_x, knots_y):
+        return core(jnp.asarray(s), knots_x, knots_y)
+    kx, ky = padded_knots(knots_x, knots_y)
+    return _shapes.map_padded(lambda u: core(u, kx, ky), s)
+
+
 @pytree_dataclass
 class FittedIsotonic(FittedCalibrator):
     """A fitted isotonic calibrator: a monotone piecewise-constant / -linear map.
@@ -312,13 +434,13 @@ class FittedIsotonic(FittedCalibrator):
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Calibrated probabilities; scores outside the knots get the end values."""
-        s = jnp.asarray(maybe_check_scores(scores))
-        u = s if self.increasing else -s
-        u = u.astype(self.knots_x.dtype)
-        if self.interpolation == "linear":
-            return jnp.interp(u, self.knots_x, self.knots_y)
-        idx = jnp.searchsorted(self.knots_x, u, side="right") - 1
-        return self.knots_y[jnp.clip(idx, 0, self.knots_x.shape[0] - 1)]
+        return knot_map(
+            scores,
+            self.knots_x,
+            self.knots_y,
+            increasing=self.increasing,
+            interpolation=self.interpolation,
+        )
 
     @property
     def n_distinct_values(self) -> int:
@@ -404,8 +526,8 @@ class IsotonicCalibration:
         v = np.clip(v, self.trim, 1.0 - self.trim)
         dtype = jnp.result_type(float)
         return FittedIsotonic(
-            knots_x=jnp.asarray(u, dtype),
-            knots_y=jnp.asarray(v, dtype),
+            knots_x=jax.device_put(np.asarray(u, dtype)),
+            knots_y=jax.device_put(np.asarray(v, dtype)),
             increasing=bool(self.increasing),
             interpolation=self.interpolation,
         )

@@ -52,9 +52,12 @@ from numpyro.distributions import biject_to, constraints
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 import jaxcal.debias.losses  # noqa: F401
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_1d, check_scores
 from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal.calibrators.isotonic import padded_knots, searchsorted
 
 __all__ = [
     "NeuralCalibration",
@@ -72,9 +75,14 @@ SCORE_TYPES = ("logit", "probability")
 
 
 def piecewise_linear(logits: jax.Array, knots: jax.Array, values: jax.Array) -> jax.Array:
-    """Linear interpolation of ``values`` at ``knots``, constant beyond the end knots."""
+    """Linear interpolation of ``values`` at ``knots``, constant beyond the end knots.
+
+    A logit at a knot is interpolated from the segment on its left, so copies of the last
+    knot appended as padding (``knots[K:] == knots[K - 1]``) are never reached: their
+    values do not matter."""
+    knots, values = jnp.asarray(knots), jnp.asarray(values)
     lo = jnp.clip(logits, knots[0], knots[-1])
-    k = jnp.clip(jnp.searchsorted(knots, lo, side="right") - 1, 0, knots.shape[0] - 2)
+    k = jnp.clip(searchsorted(knots, lo, side="left") - 1, 0, knots.shape[0] - 2)
     a0, a1 = knots[k], knots[k + 1]
     frac = (lo - a0) / (a1 - a0)
     return values[k] + frac * (values[k + 1] - values[k])
@@ -105,6 +113,16 @@ def _to_logit(scores: jax.Array, score_type: str) -> jax.Array:
     return jnp.log(p) - jnp.log1p(-p)
 
 
+def _to_logit_host(scores: np.ndarray, score_type: str, dtype) -> np.ndarray:
+    """:func:`_to_logit` in NumPy, for the eager shell (no program per data size)."""
+    s = np.asarray(scores, dtype)
+    if score_type == "logit":
+        return s
+    tiny = np.finfo(dtype).eps
+    p = np.clip(s, tiny, 1 - tiny)
+    return np.log(p) - np.log1p(-p)
+
+
 def _values(u: jax.Array, monotone: str) -> jax.Array:
     if monotone == "hard":
         return biject_to(constraints.ordered_vector)(u)
@@ -127,50 +145,114 @@ def _logit_q(params, logits, fields, knots, offsets, monotone):
     return eta + g
 
 
-def _objective(params, logits, fields, t, w, knots, offsets, penalty, l2, monotone):
+def _objective(params, logits, fields, t, w, knots, offsets, penalty, l2, monotone, n_knots=None):
+    """The loss; ``n_knots``: how many of the knots are real (the others are padding)."""
     z = _logit_q(params, logits, fields, knots, offsets, monotone)
     data = jnp.sum(w * (jax.nn.softplus(z) - t * z)) / jnp.sum(w)
     b = _values(params["u"], monotone)
-    iso = penalty * jnp.sum(jax.nn.relu(b[:-1] - b[1:]))
+    drop = jax.nn.relu(b[:-1] - b[1:])
+    if n_knots is not None:
+        drop = jnp.where(jnp.arange(drop.shape[0]) < n_knots - 1, drop, 0.0)
+    iso = penalty * jnp.sum(drop)
     net = [params["emb"], params["linear"], *params["weights"], *params["biases"]]
     reg = 0.5 * l2 * sum(jnp.sum(a**2) for a in net)
     return data + iso + reg
 
 
+def _init_params(knots, key, *, monotone, n_rows, n_fields, embedding_dim, hidden):
+    """Initial parameters (see ``NeuralCalibration.init_params``) with ``n_rows`` rows of
+    embeddings. Rows are drawn independently of how many there are (JAX's partitionable
+    threefry), so padding rows leaves the real rows' draws unchanged."""
+    dtype = knots.dtype
+    u = _values_inverse(knots, monotone)
+    k_emb, *k_layers = jax.random.split(key, len(hidden) + 2)
+    emb = 0.1 * jax.random.normal(k_emb, (n_rows, embedding_dim), dtype)
+    widths = [n_fields * embedding_dim, *hidden]
+    weights, biases = [], []
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        scale = np.sqrt(2.0 / max(fan_in, 1))
+        weights.append(scale * jax.random.normal(k_layers[i], (fan_in, fan_out), dtype))
+        biases.append(jnp.zeros(fan_out, dtype))
+    weights.append(jnp.zeros((widths[-1], 1), dtype))
+    linear = jnp.zeros(widths[0], dtype)
+    return {
+        "u": u,
+        "emb": emb,
+        "linear": linear,
+        "weights": tuple(weights),
+        "biases": tuple(biases),
+    }
+
+
+# XLA's default CPU emitters (``xla_defaults``): the training scan runs 1.5-2x slower with
+# the classic emitters (n = 1e4, 1,000 steps), more than their shorter compile saves once
 @partial(
-    jax.jit,
-    static_argnames=("monotone", "n_steps", "batch_size", "learning_rate", "use_fields"),
+    jit,
+    xla_defaults=True,
+    static_argnames=(
+        "monotone",
+        "n_steps",
+        "batch_size",
+        "use_fields",
+        "n_rows",
+        "embedding_dim",
+        "hidden",
+        "key_impl",
+    ),
 )
 def _train(
-    params,
     logits,
     fields,
     t,
     w,
+    n,
     knots,
+    n_knots,
     offsets,
     penalty,
     l2,
+    learning_rate,
     key,
     *,
     monotone: str,
     n_steps: int,
     batch_size: int | None,
-    learning_rate: float,
     use_fields: bool,
+    n_rows: int,
+    embedding_dim: int,
+    hidden: tuple[int, ...],
+    key_impl: str | None,
 ):
+    """Initialise and train. The data hold ``n`` real rows, then zero-weight padding (never
+    drawn into a minibatch); ``knots`` the ``n_knots`` real knots, then copies of the last
+    (no gradient reaches their values: see ``piecewise_linear`` and ``_objective``).
+    ``key`` is a key's raw data, of the PRNG ``key_impl`` (``None``: a raw legacy key).
+    Returns the parameters, the knot values ``b`` and the objective trace."""
+    if key_impl is not None:
+        key = jax.random.wrap_key_data(key, impl=key_impl)
+    params = _init_params(
+        knots,
+        jax.random.fold_in(key, 0),
+        monotone=monotone,
+        n_rows=n_rows,
+        n_fields=offsets.shape[0],
+        embedding_dim=embedding_dim,
+        hidden=hidden,
+    )
+    key = jax.random.fold_in(key, 1)
     schedule = optax.cosine_decay_schedule(learning_rate, n_steps, alpha=1e-3)
     opt = optax.adam(schedule)
-    n = logits.shape[0]
 
     def loss(p, idx):
         f = fields[idx] if use_fields else None
-        return _objective(p, logits[idx], f, t[idx], w[idx], knots, offsets, penalty, l2, monotone)
+        return _objective(
+            p, logits[idx], f, t[idx], w[idx], knots, offsets, penalty, l2, monotone, n_knots
+        )
 
     def step(carry, k):
         p, state = carry
         if batch_size is None:
-            idx = jnp.arange(n)
+            idx = jnp.arange(logits.shape[0])
         else:
             idx = jax.random.randint(jax.random.fold_in(key, k), (batch_size,), 0, n)
         value, grad = jax.value_and_grad(loss)(p, idx)
@@ -178,7 +260,7 @@ def _train(
         return (optax.apply_updates(p, updates), state), value
 
     (params, _), trace = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(n_steps))
-    return params, trace
+    return params, _values(params["u"], monotone), trace
 
 
 # ----------------------------------------------------------------------- fitted object
@@ -266,29 +348,95 @@ class FittedNeuralCalibration(FittedCalibrator):
             fields = _check_fields(fields, n, self.cardinalities)
         return scores, fields
 
+    def _network(self):
+        return self.embeddings, self.offsets, self.linear, self.weights, self.biases
+
+    def _padded_parts(self):
+        """Host copies of the knots and embeddings padded to their bucket sizes (copies of
+        the last knot, zero rows: exact), so that predicting compiles once per bucket."""
+        knots, values = padded_knots(self.knots, self.values)
+        emb = np.asarray(self.embeddings)
+        if emb.shape[0]:
+            emb = _shapes.pad_axis(emb, _shapes.padded_size(emb.shape[0]))
+        return knots, values, (emb, *self._network()[1:])
+
+    def _apply(self, scores, fields, *, output: str) -> jax.Array:
+        """``output`` (``"eta"``, ``"logit"`` or ``"prob"``) at validated inputs: one jitted
+        program on rows padded to their bucket size, sliced back; tracers pass through."""
+        core = partial(
+            _predict_neural,
+            score_type=self.score_type,
+            output=output,
+            use_fields=fields is not None,
+        )
+        if _shapes.is_traced(scores, fields, self.knots, self.values, self._network()):
+            s = jnp.asarray(scores).reshape(-1)
+            return core(s, fields, self.knots, self.values, *self._network())
+        s = np.asarray(scores).reshape(-1)
+        n = s.shape[0]
+        if n == 0:
+            return jax.device_put(np.zeros(0, jnp.result_type(float)))
+        size = _shapes.padded_size(n)
+        knots, values, network = self._padded_parts()
+        f = None if fields is None else _shapes.pad_axis(fields, size)  # id 0 is valid
+        out = core(_shapes.pad_axis(s, size, s[0]), f, knots, values, *network)
+        return _shapes.unpad(out, n)
+
     def eta(self, scores: ArrayLike) -> jax.Array:
         r"""The score part :math:`\eta(l)` (a logit), any input shape."""
-        s = jnp.asarray(scores)
-        lo = _to_logit(s, self.score_type)
-        return piecewise_linear(lo.reshape(-1), self.knots, self.values).reshape(s.shape)
+        shape = np.shape(scores)
+        if _shapes.is_traced(scores):
+            return self._apply(scores, None, output="eta").reshape(shape)
+        return jax.device_put(np.asarray(self._apply(scores, None, output="eta")).reshape(shape))
 
     def field_offset(self, fields: ArrayLike) -> jax.Array:
         """The field part :math:`g(x)` for ``[n, F]`` fields."""
-        f = jnp.asarray(fields).reshape(-1, len(self.cardinalities))
-        return field_mlp(f, self.embeddings, self.offsets, self.linear, self.weights, self.biases)
+        if _shapes.is_traced(fields, self._network()):
+            f = jnp.asarray(fields).reshape(-1, len(self.cardinalities))
+            return field_mlp(f, *self._network())
+        f = np.asarray(fields).reshape(-1, len(self.cardinalities))
+        n = f.shape[0]
+        size = _shapes.padded_size(n)
+        _, _, network = self._padded_parts()
+        out = _field_offset(_shapes.pad_axis(f, size), *network)
+        return _shapes.unpad(out, n)
 
     def predict_logit(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
         r""":math:`\eta(l) + g(x)` for ``[n]`` scores and ``[n, F]`` fields."""
         scores, fields = self._checked(scores, fields)
-        s = jnp.asarray(scores).reshape(-1)
-        z = self.eta(s)
-        if fields is not None:
-            z = z + self.field_offset(fields)
-        return z
+        return self._apply(scores, fields, output="logit")
 
     def predict(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
         """Calibrated probabilities ``sigmoid(eta(l) + g(x))`` (``[n]``)."""
-        return jax.nn.sigmoid(self.predict_logit(scores, fields))
+        scores, fields = self._checked(scores, fields)
+        return self._apply(scores, fields, output="prob")
+
+
+@partial(jit, static_argnames=("score_type", "output", "use_fields"))
+def _predict_neural(
+    scores,
+    fields,
+    knots,
+    values,
+    emb,
+    offsets,
+    linear,
+    weights,
+    biases,
+    *,
+    score_type,
+    output,
+    use_fields,
+):
+    z = piecewise_linear(_to_logit(scores, score_type), knots, values)
+    if output != "eta" and use_fields:
+        z = z + field_mlp(fields, emb, offsets, linear, weights, biases)
+    return jax.nn.sigmoid(z) if output == "prob" else z
+
+
+@jit
+def _field_offset(fields, emb, offsets, linear, weights, biases):
+    return field_mlp(fields, emb, offsets, linear, weights, biases)
 
 
 # ------------------------------------------------------------------------- estimator
@@ -364,26 +512,15 @@ class NeuralCalibration:
     def init_params(self, knots: np.ndarray, cardinalities: tuple[int, ...], *, key: jax.Array):
         """Initial parameters: identity :math:`\\eta` (``b = knots``), small embeddings,
         zero output layer (so :math:`g \\equiv 0` at the start)."""
-        dtype = jnp.asarray(knots).dtype
-        u = _values_inverse(jnp.asarray(knots), self.monotone)
-        k_emb, *k_layers = jax.random.split(key, len(self.hidden) + 2)
-        total = int(sum(cardinalities))
-        emb = 0.1 * jax.random.normal(k_emb, (total, self.embedding_dim), dtype)
-        widths = [len(cardinalities) * self.embedding_dim, *self.hidden]
-        weights, biases = [], []
-        for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-            scale = np.sqrt(2.0 / max(fan_in, 1))
-            weights.append(scale * jax.random.normal(k_layers[i], (fan_in, fan_out), dtype))
-            biases.append(jnp.zeros(fan_out, dtype))
-        weights.append(jnp.zeros((widths[-1], 1), dtype))
-        linear = jnp.zeros(widths[0], dtype)
-        return {
-            "u": u,
-            "emb": emb,
-            "linear": linear,
-            "weights": tuple(weights),
-            "biases": tuple(biases),
-        }
+        return _init_params(
+            jnp.asarray(knots),
+            key,
+            monotone=self.monotone,
+            n_rows=int(sum(cardinalities)),
+            n_fields=len(cardinalities),
+            embedding_dim=self.embedding_dim,
+            hidden=self.hidden,
+        )
 
     def fit(
         self,
@@ -424,7 +561,8 @@ class NeuralCalibration:
             raise ValueError('scores must lie in [0, 1] for score_type="probability".')
         data = prepare_fit(s, labels, sample_weight=sample_weight, propensity=propensity, loss=loss)
         n = s.shape[0]
-        logits = np.asarray(_to_logit(jnp.asarray(s), self.score_type))
+        dtype = jnp.result_type(float)
+        logits = _to_logit_host(s, self.score_type, dtype)
         keep = data.weights > 0
         knots = np.unique(np.quantile(logits[keep], np.linspace(0, 1, self.n_knots)))
         if knots.shape[0] < 2:
@@ -445,29 +583,42 @@ class NeuralCalibration:
         else:
             x, cards = None, ()
         key = jax.random.key(0) if key is None else key
-        params = self.init_params(knots, cards, key=jax.random.fold_in(key, 0))
-        offsets = jnp.asarray(np.concatenate([[0], np.cumsum(cards)[:-1]]), jnp.int32)
-        params, _ = _train(
-            params,
-            jnp.asarray(logits),
-            None if x is None else jnp.asarray(x),
-            jnp.asarray(data.targets),
-            jnp.asarray(data.weights),
-            jnp.asarray(knots),
-            offsets[: len(cards)],
-            float(self.isotonic_penalty) if self.monotone == "penalty" else 0.0,
-            float(self.l2),
-            jax.random.fold_in(key, 1),
+        key_impl = None  # a typed key travels as its raw data (an array of integers)
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key, key_impl = jax.random.key_data(key), str(jax.random.key_impl(key))
+        offsets = np.concatenate([[0], np.cumsum(cards)[:-1]]).astype(np.int32)[: len(cards)]
+        # pad the rows (zero weight), the knots (copies of the last, up to n_knots) and the
+        # embedding rows (never looked up) to sizes that do not depend on the data
+        size = _shapes.padded_size(n)
+        rows = _shapes.pad_rows(size, logits, data.targets, data.weights, fills=(logits[0], 0, 0))
+        k = knots.shape[0]
+        n_rows = int(sum(cards))
+        params, values, _ = _train(
+            *(jax.device_put(np.asarray(a, dtype)) for a in rows[:1]),
+            None if x is None else jax.device_put(_shapes.pad_axis(x, size)),  # id 0 is valid
+            *(jax.device_put(np.asarray(a, dtype)) for a in rows[1:]),
+            n,
+            jax.device_put(np.asarray(_shapes.pad_axis(knots, self.n_knots, knots[-1]), dtype)),
+            k,
+            offsets,
+            np.asarray(self.isotonic_penalty if self.monotone == "penalty" else 0.0, dtype),
+            np.asarray(self.l2, dtype),
+            np.asarray(self.learning_rate, dtype),
+            key,
             monotone=self.monotone,
             n_steps=int(self.n_steps),
             batch_size=None if self.batch_size is None else int(self.batch_size),
-            learning_rate=float(self.learning_rate),
             use_fields=x is not None,
+            n_rows=_shapes.padded_size(n_rows) if n_rows else 0,
+            embedding_dim=int(self.embedding_dim),
+            hidden=tuple(int(h) for h in self.hidden),
+            key_impl=key_impl,
         )
+        host = jax.device_get(params)
         return FittedNeuralCalibration(
-            knots=jnp.asarray(knots),
-            values=_values(params["u"], self.monotone),
-            embeddings=params["emb"],
+            knots=jax.device_put(np.asarray(knots, dtype)),
+            values=jax.device_put(np.asarray(values)[:k]),
+            embeddings=jax.device_put(host["emb"][:n_rows]),
             linear=params["linear"],
             weights=tuple(params["weights"]),
             biases=tuple(params["biases"]),
@@ -489,24 +640,29 @@ def objective(
     """The training objective at a fitted calibrator (for diagnostics and tests)."""
     s = check_1d(scores, "scores")
     data = prepare_fit(s, labels, sample_weight=sample_weight)
-    params = {
-        "u": fitted.values,
-        "emb": fitted.embeddings,
-        "linear": fitted.linear,
-        "weights": fitted.weights,
-        "biases": fitted.biases,
-    }
-    logits = _to_logit(jnp.asarray(s), fitted.score_type)
-    x = None if fields is None else jnp.asarray(_check_fields(fields, s.shape[0], None))
-    return _objective(
+    n = s.shape[0]
+    size = _shapes.padded_size(n)  # padding: see _objective_core
+    rows = _shapes.pad_rows(size, s, data.targets, data.weights, fills=(s[0], 0, 0))
+    x = None if fields is None else _shapes.pad_axis(_check_fields(fields, n, None), size)
+    knots, values, (emb, offsets, linear, weights, biases) = fitted._padded_parts()
+    params = {"u": values, "emb": emb, "linear": linear, "weights": weights, "biases": biases}
+    dtype = jnp.result_type(float)
+    return _objective_core(
         params,
-        logits,
+        rows[0],
         x,
-        jnp.asarray(data.targets),
-        jnp.asarray(data.weights),
-        fitted.knots,
-        fitted.offsets,
-        isotonic_penalty,
-        l2,
-        "penalty",
+        *rows[1:],
+        knots,
+        offsets,
+        np.asarray(isotonic_penalty, dtype),
+        np.asarray(l2, dtype),
+        score_type=fitted.score_type,
     )
+
+
+@partial(jit, static_argnames=("score_type",))
+def _objective_core(params, scores, fields, t, w, knots, offsets, penalty, l2, *, score_type):
+    # padding adds nothing: rows of zero weight, knots repeating the last one (no drop
+    # between them for the penalty), embedding rows of zeros
+    logits = _to_logit(scores, score_type)
+    return _objective(params, logits, fields, t, w, knots, offsets, penalty, l2, "penalty")

@@ -8,7 +8,9 @@ weighted mean target :math:`\bar t_b`, run weighted isotonic regression across b
 
 .. math::  \hat v = \arg\min_{v_1 \le \dots \le v_B} \sum_b W_b (\bar t_b - v_b)^2,
 
-and predict by linear interpolation of the points :math:`(\bar s_b, \hat v_b)`, with
+and predict by linear interpolation of the points :math:`(\bar s_b, \hat v_b)` of the
+buckets with positive weight (a bucket left empty by tied scores, or holding only
+zero-weight points, has no knot), with
 constant extrapolation beyond the first and last bucket. Bucketing makes the map smooth
 and cheap to store (``B`` knots); interpolation between bucket centres removes the
 plateaus *between* buckets. Inside a PAV-pooled run of buckets the map is flat; set
@@ -44,10 +46,18 @@ import numpy as np
 from jax.typing import ArrayLike
 
 import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
+from jaxcal import _shapes
+from jaxcal._jit import jit
+from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_probs
-from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
-from jaxcal.calibrators._pav import pav
+from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal.calibrators.isotonic import (
+    eager_kernel,
+    knot_map,
+    pav_runs,
+    searchsorted,
+)
 
 __all__ = ["SmoothedIsotonic", "FittedSmoothedIsotonic", "negative_downsampling_correction"]
 
@@ -67,7 +77,7 @@ def negative_downsampling_correction(probs: ArrayLike, rate: ArrayLike) -> jax.A
 
     Example:
         >>> negative_downsampling_correction(0.5, 0.1)   # 1/11
-        Array(0.09090909, dtype=float32, weak_type=True)
+        Array(0.0909091, dtype=float32)
     """
     if not isinstance(probs, jax.core.Tracer):
         arr = np.asarray(probs, dtype=np.float64)
@@ -76,29 +86,38 @@ def negative_downsampling_correction(probs: ArrayLike, rate: ArrayLike) -> jax.A
         r = np.asarray(rate, dtype=np.float64)
         if not np.all(np.isfinite(r)) or np.any(r <= 0) or np.any(r > 1):
             raise ValueError(f"rate must lie in (0, 1] (the negatives' keep rate); got {rate!r}.")
-    p = jnp.asarray(probs, dtype=jnp.result_type(float))
-    rate = jnp.asarray(rate, p.dtype)
+    dtype = jnp.result_type(float)
+    if _shapes.is_traced(probs, rate):
+        p = jnp.asarray(probs, dtype=dtype)
+        rate = jnp.asarray(rate, p.dtype)
+    else:  # elementwise: on the host, so that no program is compiled per input shape
+        p, rate = np.asarray(probs, dtype), np.asarray(rate, dtype)
     # q = p * rate / (p * rate + 1 - p): the same formula, no division by a small rate
-    return p * rate / (p * rate + 1.0 - p)
+    q = p * rate / (p * rate + 1.0 - p)
+    return q if _shapes.is_traced(q) else jax.device_put(np.asarray(q, dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("n_buckets",))
-def _bucket_stats(s, t, w, *, n_buckets: int):
-    """Equal-frequency buckets (ties kept together) and their weighted statistics."""
+@functools.partial(jit, static_argnames=("n_buckets", "kernel"))
+def _bucket_stats(s, t, w, n, n_used, *, n_buckets: int, kernel: str):
+    """Equal-frequency buckets (ties kept together) and their weighted statistics.
+
+    ``s, t, w`` hold ``n`` real points, then padding (copies of the largest score with zero
+    weight, so the first ``n`` sorted scores are the real ones). The first ``n_used``
+    (traced, ``<= n_buckets``) buckets are cut; the others stay empty. The isotonic fit
+    across buckets runs on ``kernel`` (see ``jaxcal.calibrators.isotonic``)."""
     ss = jnp.sort(s)
-    n = s.shape[0]
-    pos = (jnp.arange(1, n_buckets) * n) // n_buckets
-    edges = ss[pos]  # inner edges: bucket b holds edges[b-1] <= s < edges[b]
-    b = jnp.searchsorted(edges, s, side="right")
+    k = jnp.arange(1, n_buckets)
+    pos = jnp.minimum((k * n) // n_used, n - 1)
+    edges = jnp.where(k < n_used, ss[pos], jnp.inf)  # bucket b: edges[b-1] <= s < edges[b]
+    b = searchsorted(edges, s)
     seg = functools.partial(jax.ops.segment_sum, segment_ids=b, num_segments=n_buckets)
     W = seg(w)
-    cnt = seg(jnp.ones_like(w))
     safe = jnp.where(W > 0, W, 1.0)
-    ms = jnp.where(W > 0, seg(w * s) / safe, seg(s) / jnp.maximum(cnt, 1))
-    mt = seg(w * t) / safe
-    # isotonic across buckets: bucket index is the order key; empty buckets have weight 0
-    r = pav(jnp.arange(n_buckets, dtype=s.dtype), mt, W)
-    return ms, r.run_value[:n_buckets], r.block_start[:n_buckets], W, cnt
+    ms, mt = seg(w * s) / safe, seg(w * t) / safe
+    # isotonic across buckets: bucket index is the order key; buckets without weight move
+    # nothing (their values are dropped by the caller)
+    _, _, value, _, _ = pav_runs(jnp.arange(n_buckets, dtype=s.dtype), mt, W, True, kernel=kernel)
+    return ms, value[:n_buckets], W
 
 
 @pytree_dataclass
@@ -117,9 +136,7 @@ class FittedSmoothedIsotonic(FittedCalibrator):
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Linear interpolation between knots; constant beyond the first / last knot."""
-        s = jnp.asarray(maybe_check_scores(scores))
-        u = (s if self.increasing else -s).astype(self.knots_x.dtype)
-        return jnp.interp(u, self.knots_x, self.knots_y)
+        return knot_map(scores, self.knots_x, self.knots_y, increasing=self.increasing)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -159,19 +176,25 @@ class SmoothedIsotonic:
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
         u = d.scores if self.increasing else -d.scores
+        n = u.shape[0]
+        padded = _shapes.pad_rows(
+            _shapes.padded_size(n), u, d.targets, d.weights, fills=(u.max(), 0, 0)
+        )
         dtype = jnp.result_type(float)
         out = _bucket_stats(
-            jnp.asarray(u, dtype),
-            jnp.asarray(d.targets, dtype),
-            jnp.asarray(d.weights, dtype),
-            n_buckets=int(min(self.n_buckets, u.shape[0])),
+            *(jax.device_put(np.asarray(a, dtype)) for a in padded),
+            n,
+            min(int(self.n_buckets), n),
+            n_buckets=int(self.n_buckets),
+            kernel=eager_kernel(pav_cpu_available()),
         )
-        ms, v, start, W, cnt = (np.asarray(a) for a in jax.device_get(out))
-        keep = cnt > 0  # empty buckets (ties) have no centre
-        ms, v, start, W = ms[keep], v[keep], start[keep], W[keep]
+        ms, v, W = (np.asarray(a) for a in jax.device_get(out))
+        # buckets without weight (empty through ties, or of zero-weight points only) have
+        # no centre and no target: no knot
+        keep = W > 0
+        ms, v, W = ms[keep], v[keep], W[keep]
         if self.rank_preserving:
-            start = start.copy()
-            start[0] = True
+            start = np.r_[True, v[1:] != v[:-1]]  # PAV blocks have increasing values
             run = np.cumsum(start) - 1
             k = run[-1] + 1
             Wr = np.bincount(run, W, k)
@@ -185,7 +208,7 @@ class SmoothedIsotonic:
             ms, v = cx, v[start]
         v = np.clip(v, 0.0, 1.0)
         return FittedSmoothedIsotonic(
-            knots_x=jnp.asarray(ms, dtype),
-            knots_y=jnp.asarray(v, dtype),
+            knots_x=jax.device_put(np.asarray(ms, dtype)),
+            knots_y=jax.device_put(np.asarray(v, dtype)),
             increasing=bool(self.increasing),
         )

@@ -44,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._validation import check_labels, check_probs, check_sample_weight
 
 __all__ = [
@@ -127,12 +129,42 @@ def binned_stats(
     edges = jnp.asarray(edges, p.dtype)
     w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
     n_bins = edges.shape[0] - 1
-    ids = jnp.searchsorted(edges[1:-1], p, side="right")
-    seg = partial(jax.ops.segment_sum, segment_ids=ids, num_segments=n_bins)
+    seg = partial(jax.ops.segment_sum, segment_ids=bin_ids(p, edges), num_segments=n_bins)
     stats = BinStats(seg(jnp.ones_like(p)), seg(w), seg(w * p), seg(w * y))
     if axis_name is not None:
         stats = jax.lax.psum(stats, axis_name)
     return stats
+
+
+_COMPARE_ALL = 64  # up to this many bins, bin ids come from one comparison per edge
+
+
+def bin_ids(probs: jax.Array, edges: jax.Array) -> jax.Array:
+    """The bin of each probability, ``searchsorted(edges[1:-1], p, side="right")``: by
+    comparing with every inner edge when there are few (cheap to compile and to run), by
+    binary search otherwise."""
+    inner = edges[1:-1]
+    if inner.shape[0] <= _COMPARE_ALL:
+        return jnp.sum(inner <= probs[:, None], axis=1, dtype=jnp.int32)
+    return jnp.searchsorted(inner, probs, side="right")
+
+
+def _padded(n: int, p: np.ndarray, y: np.ndarray, w: np.ndarray, fill_p: float = 0.0):
+    """``p, y, w`` padded to the bucket size of ``n`` with zero-weight entries (exact for
+    every weighted sum; counts use the number of real entries), as device arrays."""
+    size = _shapes.padded_size(n)
+    return [jax.device_put(a) for a in _shapes.pad_rows(size, p, y, w, fills=(fill_p, 0, 0))]
+
+
+def _real_stats(p, y, w, n, edges) -> BinStats:
+    """:func:`binned_stats` of the first ``n`` entries (default all; the others carry zero
+    weight and are left out of the counts)."""
+    stats = binned_stats(p, y, edges, w)
+    if n is None:
+        return stats
+    real = (jnp.arange(p.shape[0]) < n).astype(p.dtype)
+    count = jax.ops.segment_sum(real, bin_ids(p, edges), num_segments=edges.shape[0] - 1)
+    return stats._replace(count=count)
 
 
 def _negative_bins(edges: jax.Array) -> jax.Array:
@@ -161,19 +193,19 @@ def mce_from_stats(stats: BinStats, min_count: ArrayLike = 1) -> jax.Array:
     return jnp.where(jnp.isfinite(best), best, jnp.nan)
 
 
-@jax.jit
+@jit
 def _ece_core(p, y, w, edges):
     return ece_from_stats(binned_stats(p, y, edges, w))
 
 
-@jax.jit
-def _mce_core(p, y, w, edges, min_count):
-    return mce_from_stats(binned_stats(p, y, edges, w), min_count)
+@jit
+def _mce_core(p, y, w, edges, min_count, n=None):
+    return mce_from_stats(_real_stats(p, y, w, n, edges), min_count)
 
 
-@partial(jax.jit, static_argnames="symmetric")
-def _reliability_core(p, y, w, edges, *, symmetric: bool) -> Reliability:
-    stats = binned_stats(p, y, edges, w)
+@partial(jit, static_argnames="symmetric")
+def _reliability_core(p, y, w, edges, n=None, *, symmetric: bool) -> Reliability:
+    stats = _real_stats(p, y, w, n, edges)
     conf, acc = _bin_means(stats)
     negative = _negative_bins(edges) & symmetric
     conf = jnp.where(negative, 1.0 - conf, conf)
@@ -181,14 +213,14 @@ def _reliability_core(p, y, w, edges, *, symmetric: bool) -> Reliability:
     return Reliability(edges, stats.count, stats.weight, conf, acc, negative)
 
 
-@jax.jit
+@jit
 def _nll_core(p, y, w, eps):
     p = jnp.clip(p, eps, 1.0 - eps)
     ll = y * jnp.log(p) + (1.0 - y) * jnp.log1p(-p)
     return -jnp.sum(w * ll) / jnp.sum(w)
 
 
-@jax.jit
+@jit
 def _brier_core(p, y, w):
     return jnp.sum(w * (p - y) ** 2) / jnp.sum(w)
 
@@ -270,7 +302,7 @@ def ece(
     del symmetric  # |(1 - a) - (1 - c)| = |a - c|: same value either way
     p, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _ece_core(p, y, w, edges)
+    return _ece_core(*_padded(p.shape[0], p, y, w), edges)
 
 
 def _min_count(n: int, min_count: int, min_fraction: float) -> int:
@@ -316,7 +348,7 @@ def mce(
     p, y, w = _check(probs, labels, sample_weight)
     threshold = _min_count(p.shape[0], min_count, min_fraction)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _mce_core(p, y, w, edges, threshold)
+    return _mce_core(*_padded(p.shape[0], p, y, w), edges, threshold, p.shape[0])
 
 
 def reliability(
@@ -349,7 +381,9 @@ def reliability(
     """
     p, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _reliability_core(p, y, w, edges, symmetric=bool(symmetric))
+    return _reliability_core(
+        *_padded(p.shape[0], p, y, w), edges, p.shape[0], symmetric=bool(symmetric)
+    )
 
 
 def nll(
@@ -379,12 +413,12 @@ def nll(
         ValueError: as in :func:`ece`, or ``eps`` outside (0, 0.5).
     """
     p, y, w = _check(probs, labels, sample_weight)
-    dtype = jnp.asarray(p).dtype
+    dtype = jnp.result_type(float)
     if eps is None:
         eps = float(jnp.finfo(dtype).eps)
     if not 0.0 < eps < 0.5:
         raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
-    return _nll_core(p, y, w, jnp.asarray(eps, dtype))
+    return _nll_core(*_padded(p.shape[0], p, y, w, fill_p=0.5), np.asarray(eps, dtype))
 
 
 def brier(
@@ -399,4 +433,4 @@ def brier(
         ValueError: as in :func:`ece`.
     """
     p, y, w = _check(probs, labels, sample_weight)
-    return _brier_core(p, y, w)
+    return _brier_core(*_padded(p.shape[0], p, y, w))

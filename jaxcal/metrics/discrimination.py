@@ -20,12 +20,14 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._validation import check_labels, check_sample_weight, check_scores, check_two_classes
 
 __all__ = ["auc"]
 
 
-@jax.jit
+@jit
 def _auc_core(s, y, w):
     order = jnp.argsort(s)
     s, y, w = s[order], y[order], w[order]
@@ -66,4 +68,7 @@ def auc(
     y = check_labels(labels, s.shape[0])
     w = check_sample_weight(sample_weight, s.shape[0])
     check_two_classes(y, w)
-    return _auc_core(s, y, w)
+    # zero-weight copies of the largest score: they join its tie group and add nothing
+    size = _shapes.padded_size(s.shape[0])
+    padded = _shapes.pad_rows(size, s, y, w, fills=(s.max(), 0, 0))
+    return _auc_core(*(jax.device_put(a) for a in padded))

@@ -51,8 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._jit import jit
 from jaxcal._validation import check_labels, check_probs, check_sample_weight
-from jaxcal.metrics.calibration import bin_edges
+from jaxcal.metrics.calibration import _padded, bin_edges, bin_ids
 
 __all__ = [
     "DebiasStats",
@@ -97,8 +98,7 @@ def debias_stats(
     edges = jnp.asarray(edges, p.dtype)
     w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
     n_bins = edges.shape[0] - 1
-    ids = jnp.searchsorted(edges[1:-1], p, side="right")
-    seg = partial(jax.ops.segment_sum, segment_ids=ids, num_segments=n_bins)
+    seg = partial(jax.ops.segment_sum, segment_ids=bin_ids(p, edges), num_segments=n_bins)
     stats = DebiasStats(seg(jnp.ones_like(p)), seg(w), seg(w * w), seg(w * p), seg(w * y))
     if axis_name is not None:
         stats = jax.lax.psum(stats, axis_name)
@@ -207,17 +207,25 @@ def _fixed_point_sigma(mass, total, n_iter: int = 50):
     return 0.5 * (lo + hi)
 
 
-@partial(jax.jit, static_argnames="n_bins")
-def _debias_stats_core(p, y, w, edges, *, n_bins):
-    del n_bins
-    return debias_stats(p, y, edges, w)
+@jit
+def _debias_stats_core(p, y, w, n, edges):
+    """:func:`debias_stats` of the first ``n`` entries (the others are zero-weight padding,
+    left out of the counts)."""
+    stats = debias_stats(p, y, edges, w)
+    real = (jnp.arange(p.shape[0]) < n).astype(p.dtype)
+    count = jax.ops.segment_sum(real, bin_ids(p, edges), num_segments=edges.shape[0] - 1)
+    return stats._replace(count=count)
 
 
-_sq_core = jax.jit(debiased_sq_ce_from_stats)
-_l1_core = jax.jit(debiased_l1_ce_from_stats, static_argnames="n_resamples")
+@jit
+def _sq_core(stats: DebiasStats) -> jax.Array:
+    return jnp.sqrt(jnp.maximum(debiased_sq_ce_from_stats(stats), 0.0))
 
 
-@partial(jax.jit, static_argnames=("n_grid", "fixed"))
+_l1_core = jit(debiased_l1_ce_from_stats, static_argnames="n_resamples")
+
+
+@partial(jit, static_argnames=("n_grid", "fixed"))
 def _smooth_core(p, y, w, sigma, *, n_grid, fixed):
     mass, total = grid_residuals(p, y, n_grid, w)
     if fixed:
@@ -291,7 +299,7 @@ def debiased_ece(
         raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}.")
     probs_, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(probs_, n_bins=n_bins, strategy=strategy)
-    stats = _debias_stats_core(probs_, y, w, edges, n_bins=int(n_bins))
+    stats = _debias_stats_core(*_padded(probs_.shape[0], probs_, y, w), probs_.shape[0], edges)
     weight, weight_sq = np.asarray(stats.weight), np.asarray(stats.weight_sq)
     small = (weight > 0) & (weight**2 - weight_sq <= 1e-12 * weight**2)
     if small.any():
@@ -301,7 +309,7 @@ def debiased_ece(
             "Use fewer bins."
         )
     if p == 2:
-        return jnp.sqrt(jnp.maximum(_sq_core(stats), 0.0))
+        return _sq_core(stats)
     return _l1_core(stats, key, n_resamples=int(n_resamples))
 
 
@@ -355,6 +363,9 @@ def smooth_ece(
         raise ValueError(f"sigma must be in (0, 1] or None; got {sigma!r}.")
     p, y, w = _check(probs, labels, sample_weight)
     value, used = _smooth_core(
-        p, y, w, 1.0 if sigma is None else float(sigma), n_grid=int(n_grid), fixed=sigma is None
+        *_padded(p.shape[0], p, y, w),
+        1.0 if sigma is None else float(sigma),
+        n_grid=int(n_grid),
+        fixed=sigma is None,
     )
     return (value, used) if return_sigma else value

@@ -52,6 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._validation import check_groups, check_labels, check_probs, check_sample_weight
 from jaxcal.metrics.calibration import STRATEGIES, BinStats, bin_edges
 
@@ -144,25 +146,49 @@ def cal_n_from_stats(stats: BinStats) -> jax.Array:
     return jnp.where(n_nonempty > 0, jnp.sqrt(mean_sq), jnp.nan)
 
 
-@partial(jax.jit, static_argnames="num_segments")
+@partial(jit, static_argnames="num_segments")
 def _field_stats_core(p, y, w, ids, *, num_segments):
     # ids: [F, n] (one row per field column) -> stats with [F, num_segments] arrays
     return jax.vmap(lambda i: segment_stats(p, y, i, num_segments, w))(ids)
 
 
-@jax.jit
+@jit
 def _field_ece_core(stats):
     return jax.vmap(field_ece_from_stats)(stats)
 
 
-@jax.jit
+@jit
 def _field_rce_core(stats, eps):
     return jax.vmap(lambda s: field_rce_from_stats(s, eps))(stats)
 
 
-@partial(jax.jit, static_argnames="num_segments")
-def _grouped_cal_n_core(p, y, w, ids, *, num_segments):
-    return segment_stats(p, y, ids, num_segments, w)
+@partial(jit, static_argnames="num_segments")
+def _cal_n_core(p, y, w, ids, *, num_segments):
+    return cal_n_from_stats(segment_stats(p, y, ids, num_segments, w))
+
+
+@partial(jit, static_argnames=("n_slots", "n_bins", "group_weight"))
+def _gc_n_core(p, y, w, ids, n_groups, *, n_slots, n_bins, group_weight):
+    """GC-N over ``n_groups`` groups held in ``n_slots`` slots (the others are empty)."""
+    stats = segment_stats(p, y, ids, n_slots * n_bins, w)
+    stats = BinStats(*(a.reshape(n_slots, n_bins) for a in stats))
+    per_group = cal_n_from_stats(stats)
+    v = {
+        "weight": stats.weight.sum(-1),
+        "count": stats.count.sum(-1),
+        "uniform": jnp.ones(n_slots, per_group.dtype),
+    }[group_weight]
+    real = jnp.arange(n_slots) < n_groups
+    return jnp.sum(jnp.where(real, v * per_group, 0.0)) / jnp.sum(jnp.where(real, v, 0.0))
+
+
+def _padded_rows(n, p, y, w, ids, n_segments):
+    """Rows padded to the bucket size of ``n``: zero weight and segment id ``n_segments``
+    (out of range: ``segment_sum`` drops them), as device arrays."""
+    size = _shapes.padded_size(n)
+    padded = _shapes.pad_rows(size, p, y, w, fills=(0, 0, 0))
+    ids = _shapes.pad_axis(ids, size, n_segments, axis=ids.ndim - 1)
+    return [jax.device_put(a) for a in (*padded, ids)]
 
 
 # --------------------------------------------------------------------- eager public API
@@ -227,9 +253,10 @@ def pcoc(
         1.2...
     """
     p, y, w = _check(probs, labels, sample_weight)
-    if np.sum(w * y) <= 0:
+    observed = np.dot(w, y)
+    if observed <= 0:
         raise ValueError("pcoc is undefined without positive labels (sum of w * y is 0).")
-    return jnp.sum(jnp.asarray(w * p)) / jnp.sum(jnp.asarray(w * y))
+    return jax.device_put(np.asarray(np.dot(w, p) / observed, jnp.result_type(float)))
 
 
 def _bin_ids(p: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
@@ -280,8 +307,8 @@ def cal_n(
     """
     p, y, w = _check(probs, labels, sample_weight)
     ids = _bin_ids(p, n_bins, strategy)
-    stats = _grouped_cal_n_core(p, y, w, ids, num_segments=int(n_bins))
-    return cal_n_from_stats(stats)
+    n_bins = int(n_bins)
+    return _cal_n_core(*_padded_rows(p.shape[0], p, y, w, ids, n_bins), num_segments=n_bins)
 
 
 def gc_n(
@@ -323,24 +350,33 @@ def gc_n(
     g = np.unique(check_groups(groups, p.shape[0], name="groups"), return_inverse=True)[1]
     g = g.reshape(-1)
     n_groups = int(g.max()) + 1
+    n_slots = _shapes.padded_size(n_groups)  # group slots: one program per bucket of groups
+    n_bins = int(n_bins)
     bins = _grouped_bin_ids(p, g, n_bins, strategy)
-    ids = (g * int(n_bins) + bins).astype(np.int32)
-    stats = _grouped_cal_n_core(p, y, w, ids, num_segments=n_groups * int(n_bins))
-    stats = BinStats(*(a.reshape(n_groups, int(n_bins)) for a in stats))
-    per_group = cal_n_from_stats(stats)
-    v = {
-        "weight": stats.weight.sum(-1),
-        "count": stats.count.sum(-1),
-        "uniform": jnp.ones(n_groups, per_group.dtype),
-    }[group_weight]
-    return jnp.sum(v * per_group) / jnp.sum(v)
+    ids = (g * n_bins + bins).astype(np.int32)
+    return _gc_n_core(
+        *_padded_rows(p.shape[0], p, y, w, ids, n_slots * n_bins),
+        n_groups,
+        n_slots=n_slots,
+        n_bins=n_bins,
+        group_weight=group_weight,
+    )
 
 
 def _field_stats(probs, labels, fields, sample_weight):
+    """Per-field-value sums (``[F, S]``, ``S`` segments padded to a bucket size: empty
+    segments add nothing to either metric) and whether ``fields`` is one column."""
     p, y, w = _check(probs, labels, sample_weight)
     ids, num_segments = encode_fields(fields, p.shape[0])
-    stats = _field_stats_core(p, y, w, ids, num_segments=num_segments)
+    num_segments = _shapes.padded_size(num_segments)
+    rows = _padded_rows(p.shape[0], p, y, w, ids, num_segments)
+    stats = _field_stats_core(*rows, num_segments=num_segments)
     return stats, np.asarray(fields).ndim == 1
+
+
+def _per_column(out: jax.Array, one: bool) -> jax.Array:
+    """``[F]`` metrics, or the scalar of a single ``[n]`` field (sliced on the host)."""
+    return jax.device_put(np.asarray(out)[0]) if one else out
 
 
 def field_ece(
@@ -371,8 +407,7 @@ def field_ece(
         0.5
     """
     stats, one = _field_stats(probs, labels, fields, sample_weight)
-    out = _field_ece_core(stats)
-    return out[0] if one else out
+    return _per_column(_field_ece_core(stats), one)
 
 
 def field_rce(
@@ -406,5 +441,4 @@ def field_rce(
     if not (isinstance(eps, (int, float)) and np.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a positive finite number; got {eps!r}.")
     stats, one = _field_stats(probs, labels, fields, sample_weight)
-    out = _field_rce_core(stats, eps)
-    return out[0] if one else out
+    return _per_column(_field_rce_core(stats, eps), one)

@@ -31,6 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
+
 __all__ = ["auc", "ndcg_at_k", "recall_at_k"]
 
 
@@ -84,15 +87,34 @@ def _check_k(k: Any, n_items: int) -> int:
     return int(min(k, n_items))
 
 
-def _finish(values: jax.Array, defined: jax.Array, per_user: bool, what: str) -> jax.Array:
-    if not bool(jnp.any(defined)):
+def _padded(s: np.ndarray, y: np.ndarray, m: np.ndarray) -> list[jax.Array]:
+    """The ``[n_users, n_items]`` inputs padded on both axes to their bucket sizes with
+    masked-out entries (padding users have no evaluated entry: every metric skips them)."""
+    shape = _shapes.padded_shape(s.shape)
+    out = []
+    for a in (s, y, m):
+        for axis, size in enumerate(shape):
+            a = _shapes.pad_axis(a, size, axis=axis)
+        out.append(jax.device_put(a))
+    return out
+
+
+def _summary(values: jax.Array, defined: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-user values (NaN where undefined), the mean over defined users, and whether any
+    user is defined (jitted with the metric, so the eager shell only slices)."""
+    n_defined = jnp.sum(defined)
+    mean = jnp.sum(jnp.where(defined, values, 0.0)) / jnp.maximum(n_defined, 1)
+    return jnp.where(defined, values, jnp.nan), mean, n_defined > 0
+
+
+def _finish(out, n_users: int, per_user: bool, what: str) -> jax.Array:
+    per, mean, any_defined = out
+    if not bool(any_defined):
         raise ValueError(f"{what} is undefined for every user (see the docstring).")
-    if per_user:
-        return jnp.where(defined, values, jnp.nan)
-    return jnp.sum(jnp.where(defined, values, 0.0)) / jnp.sum(defined)
+    return _shapes.unpad(per, n_users) if per_user else mean
 
 
-@jax.jit
+@jit
 def _auc_per_user(scores: jax.Array, labels: jax.Array, mask: jax.Array):
     def one(s, y, m):
         # masked-out entries go to +inf: they never count as "below" a valid score
@@ -108,7 +130,7 @@ def _auc_per_user(scores: jax.Array, labels: jax.Array, mask: jax.Array):
         defined = (n_pos > 0) & (n_neg > 0)
         return u_stat / jnp.maximum(n_pos * n_neg, 1), defined
 
-    return jax.vmap(one)(scores, labels, mask)
+    return _summary(*jax.vmap(one)(scores, labels, mask))
 
 
 def auc(
@@ -136,8 +158,8 @@ def auc(
         1.0
     """
     s, y, m = _check(scores, labels, mask)
-    values, defined = _auc_per_user(jnp.asarray(s), jnp.asarray(y), jnp.asarray(m))
-    return _finish(values, defined, per_user, "AUC (needs a positive and a negative)")
+    out = _auc_per_user(*_padded(s, y, m))
+    return _finish(out, s.shape[0], per_user, "AUC (needs a positive and a negative)")
 
 
 def _top_k(scores: jax.Array, labels: jax.Array, mask: jax.Array, k: int):
@@ -152,12 +174,12 @@ def _discounts(k: int, dtype) -> jax.Array:
     return 1.0 / jnp.log2(jnp.arange(2, k + 2, dtype=dtype))
 
 
-@partial(jax.jit, static_argnames="k")
+@partial(jit, static_argnames="k")
 def _ndcg_per_user(scores, labels, mask, k: int):
     disc = _discounts(k, labels.dtype)
     dcg = _top_k(scores, labels, mask, k) @ disc
     ideal = jax.lax.top_k(jnp.where(mask, labels, 0.0), k)[0] @ disc
-    return dcg / jnp.where(ideal > 0, ideal, 1.0), ideal > 0
+    return _summary(dcg / jnp.where(ideal > 0, ideal, 1.0), ideal > 0)
 
 
 def ndcg_at_k(
@@ -192,15 +214,15 @@ def ndcg_at_k(
     """
     s, y, m = _check(scores, labels, mask, graded=True)
     k = _check_k(k, s.shape[1])
-    values, defined = _ndcg_per_user(jnp.asarray(s), jnp.asarray(y), jnp.asarray(m), k=k)
-    return _finish(values, defined, per_user, "NDCG@k (needs a positive gain)")
+    out = _ndcg_per_user(*_padded(s, y, m), k=k)
+    return _finish(out, s.shape[0], per_user, "NDCG@k (needs a positive gain)")
 
 
-@partial(jax.jit, static_argnames="k")
+@partial(jit, static_argnames="k")
 def _recall_per_user(scores, labels, mask, k: int):
     hits = jnp.sum(_top_k(scores, labels, mask, k), axis=-1)
     n_pos = jnp.sum(jnp.where(mask, labels, 0.0), axis=-1)
-    return hits / jnp.where(n_pos > 0, n_pos, 1.0), n_pos > 0
+    return _summary(hits / jnp.where(n_pos > 0, n_pos, 1.0), n_pos > 0)
 
 
 def recall_at_k(
@@ -235,5 +257,5 @@ def recall_at_k(
     """
     s, y, m = _check(scores, labels, mask)
     k = _check_k(k, s.shape[1])
-    values, defined = _recall_per_user(jnp.asarray(s), jnp.asarray(y), jnp.asarray(m), k=k)
-    return _finish(values, defined, per_user, "Recall@k (needs a positive)")
+    out = _recall_per_user(*_padded(s, y, m), k=k)
+    return _finish(out, s.shape[0], per_user, "Recall@k (needs a positive)")
