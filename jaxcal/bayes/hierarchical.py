@@ -21,7 +21,7 @@ and :math:`z_i = \alpha_{g_i} + \sum_j \beta_{g_i j}\,\tilde G_{ij}` with the we
 logistic log-likelihood of the point fit. :math:`\tau \to 0` is one global map,
 :math:`\tau \to \infty` independent maps; the data choose in between. Every draw of every
 group is monotone (:math:`\beta = e^{(\cdot)} > 0`). Sampling is NUTS on the non-centred
-parameters (:func:`jaxcal.bayes.nuts_chains`, chains vectorised).
+parameters (:func:`jaxcal.bayes.nuts_chains`).
 
 Example:
     >>> post = fit_hierarchical(jaxcal.PlattScaling(), scores, labels, group=user_ids,
@@ -42,6 +42,8 @@ from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 import jaxcal.debias.losses  # noqa: F401
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups
 from jaxcal.bayes.inference import (
@@ -49,10 +51,13 @@ from jaxcal.bayes.inference import (
     _check_key,
     _positive_int,
     family_of,
+    key_from_parts,
+    key_parts,
     nuts_model_draws,
+    padded_data,
 )
 from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
-from jaxcal.bayes.posterior import Posterior
+from jaxcal.bayes.posterior import Posterior, split_bounds
 from jaxcal.calibrators._base import maybe_check_scores, prepare_fit
 
 __all__ = ["fit_hierarchical", "hierarchical_model", "HierarchicalPosterior"]
@@ -102,9 +107,10 @@ def _latent_shapes(k: int, G: int, has_intercept: bool) -> dict[str, tuple[int, 
     return shapes
 
 
-@functools.partial(jax.jit, static_argnames=("family", "cfg", "n_groups"))
-def _fit(family, cfg, n_groups, scores, targets, weights, rows, key):
-    num_chains, num_warmup, num_samples, target, depth = cfg
+@functools.partial(jit, static_argnames=("family", "cfg", "n_groups", "impl"))
+def _fit(family, cfg, n_groups, impl, target, scores, targets, weights, rows, key_data):
+    num_chains, num_warmup, num_samples, depth = cfg
+    key = key_from_parts(key_data, impl)
     design = make_design(family, scores, targets, weights)
     has_c = family.intercept_index is not None
     args, kw = (design, rows, n_groups), {"has_intercept": has_c}
@@ -141,7 +147,7 @@ def _fit(family, cfg, n_groups, scores, targets, weights, rows, key):
     return theta, design.context, hyper, stats
 
 
-@functools.partial(jax.jit, static_argnames=("family", "what"))
+@functools.partial(jit, static_argnames=("family", "what"))
 def _entry_summaries(family, theta, ctx, scores, rows, qs, *, what):
     th = theta.reshape(theta.shape[0], -1, theta.shape[-1])  # [G, D, p]
 
@@ -182,11 +188,18 @@ class HierarchicalPosterior:
                 f"group ids {sorted(set(np.asarray(g)[unknown].tolist()))[:5]} were not in the "
                 "training data; this posterior only predicts for its training groups."
             )
-        dtype = self.groups.theta.dtype
-        return jnp.asarray(s, dtype), jnp.asarray(rows, jnp.int32)
+        return s.astype(self.groups.theta.dtype), rows.astype(np.int32)
 
-    def _ctx(self):
-        return jax.tree_util.tree_map(lambda x: x[0], self.groups.context)
+    def _summaries(self, scores: ArrayLike, group: ArrayLike, qs, what: str) -> jax.Array:
+        """Per-entry summaries through one compiled call per size bucket: the entries are
+        padded (``jaxcal._shapes``) with copies of the first, and sliced off on the host."""
+        s, rows = self._rows(scores, group)
+        n = s.shape[0]
+        fills = (s[0], rows[0]) if n else (0.0, 0)
+        s, rows = _shapes.pad_rows(_shapes.padded_size(n), s, rows, fills=fills)
+        ctx = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], self.groups.context)
+        fam, theta = self.groups.family, self.groups.theta
+        return _shapes.unpad(_entry_summaries(fam, theta, ctx, s, rows, qs, what=what), n)
 
     def predict(self, scores: ArrayLike, group: ArrayLike) -> jax.Array:
         """Posterior mean probability of each entry under its group's map (``[n]``).
@@ -194,9 +207,7 @@ class HierarchicalPosterior:
         Raises:
             ValueError: invalid scores, or a group id not seen in training.
         """
-        s, rows = self._rows(scores, group)
-        fam = self.groups.family
-        return _entry_summaries(fam, self.groups.theta, self._ctx(), s, rows, None, what="mean")
+        return self._summaries(scores, group, None, "mean")
 
     def interval(
         self, scores: ArrayLike, group: ArrayLike, level: float = 0.9
@@ -204,11 +215,8 @@ class HierarchicalPosterior:
         """Equal-tailed credible interval per entry: ``(lower, upper)``, each ``[n]``."""
         if not 0.0 < float(level) < 1.0:
             raise ValueError(f"level must be in (0, 1); got {level!r}.")
-        s, rows = self._rows(scores, group)
-        qs = jnp.asarray([(1 - level) / 2, (1 + level) / 2], s.dtype)
-        fam = self.groups.family
-        out = _entry_summaries(fam, self.groups.theta, self._ctx(), s, rows, qs, what="q")
-        return out[:, 0], out[:, 1]
+        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.groups.theta.dtype)
+        return split_bounds(self._summaries(scores, group, qs, "q"))
 
     def diagnostics(self) -> dict:
         """Per-group coefficient diagnostics (``[G]`` arrays, as ``Posterior.diagnostics``)
@@ -276,14 +284,17 @@ def fit_hierarchical(
         _positive_int(num_chains, "num_chains"),
         _positive_int(num_warmup, "num_warmup", 0),
         _positive_int(num_samples, "num_samples"),
-        float(target_accept_prob),
         _positive_int(max_tree_depth, "max_tree_depth"),
     )
     key = _check_key(key)
-    dtype = jnp.asarray(0.0).dtype
-    args = [jnp.asarray(a, dtype) for a in (data.scores, data.targets, data.weights)]
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    # padded entries (shape policy): a valid score of group row 0 with weight 0
+    arrays = (data.scores, data.targets, data.weights, rows)
+    *args, rows = padded_data(arrays, (data.scores[0], 0.0, 0.0, 0))
+    target = np.asarray(target_accept_prob, dtype)
+    key_data, impl = key_parts(key)
     theta, ctx, hyper, stats = _fit(
-        family, cfg, int(ids.size), *args, jnp.asarray(rows, jnp.int32), key
+        family, cfg, int(ids.size), impl, target, *args, rows.astype(np.int32), key_data
     )
     G = int(ids.size)
     rep = lambda x: jnp.broadcast_to(x, (G, *jnp.shape(x)))  # noqa: E731

@@ -1,11 +1,12 @@
-r"""Posterior inference for linear-logit calibration maps: NUTS (vectorised chains) and SVI.
+r"""Posterior inference for linear-logit calibration maps: NUTS (batched chains) and SVI.
 
 NUTS is NumPyro's sampler (Hoffman and Gelman 2014, with NumPyro's windowed step-size and
 mass-matrix adaptation) driven through its functional interface
 ``numpyro.infer.hmc.hmc(potential_fn)``: one chain is ``init_kernel`` followed by a
-``lax.scan`` of ``sample_kernel``, a pure function of its key and data. Chains are a
-``vmap`` over keys, and :func:`fit_bayes_batch` is a further ``vmap`` over problems, so
-``B`` independent posteriors with ``C`` chains each are *one* compiled XLA call. The
+``lax.scan`` of ``sample_kernel``, a pure function of its key and data. Chains are mapped
+over keys, and :func:`fit_bayes_batch` maps over problems too (:func:`map_problems`: a
+``vmap`` on accelerators, a sequential ``lax.map`` on CPU), so ``B`` independent posteriors
+with ``C`` chains each are *one* compiled XLA call. The
 potential is NumPyro's ``potential_energy`` of :func:`~jaxcal.bayes.linear.linear_logit_model`
 (declared constraints, ``biject_to`` to unconstrained space, log-Jacobians included).
 
@@ -14,6 +15,17 @@ SVI maximises the ELBO (``Trace_ELBO``) of a Gaussian guide in the unconstrained
 a cosine-decaying learning rate. ``subsample_size`` turns on minibatches: the data plate
 then scales the minibatch log-likelihood by ``n / subsample_size`` (unbiased for the
 full-data log-likelihood), so minibatch and full-batch SVI target the same posterior.
+
+**Shapes.** The data are padded to their bucket size (``jaxcal._shapes``) with entries of
+weight 0, which add exactly 0 to the log-likelihood, so a new data size inside a bucket
+reuses the compiled sampler. The sums of the log density then run over more (zero) terms,
+which may change their float rounding; a chain is a long deterministic recursion, so its
+draws agree with the unpadded ones only up to the effect of such rounding (the target
+density is the same). Minibatch SVI (``subsample_size``) is not padded: its minibatches
+are drawn from the rows, and padding would change them. The number of chains, warm-up steps
+and draws, the tree depth, the mass matrix kind and the SVI steps and guide fix the program
+(static); ``target_accept_prob``, ``learning_rate`` and the prior's parameters are traced
+(new values compile nothing).
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal.bayes.linear import (
     Design,
     check_prior,
@@ -52,6 +66,22 @@ INIT_RADIUS = 2.0  # initial unconstrained values ~ Uniform(-2, 2), as numpyro's
 # ----------------------------------------------------------------------------- samplers
 
 
+def map_problems(fn, xs):
+    """``fn`` over the leading axis of ``xs``: a ``vmap`` on accelerators, a ``lax.map``
+    (one after another) on CPU.
+
+    NUTS builds its trees in ``while`` loops with data-dependent branches; under ``vmap``
+    every branch becomes a select of both sides, run in lockstep until the slowest chain is
+    done. On an accelerator the vectorised steps still win; on CPU the sequential map
+    traces about 8x faster (Platt scaling: 5.4 s to 0.6 s) and sampled about 1.5x faster
+    on 65,536 points (each chain does only its own work). The draws are the same up to
+    float rounding.
+    """
+    if jax.default_backend() == "cpu":
+        return jax.lax.map(lambda args: fn(*args), xs)
+    return jax.vmap(fn)(*xs)
+
+
 def nuts_chains(
     potential_fn,
     init_params,
@@ -59,11 +89,12 @@ def nuts_chains(
     *,
     num_warmup: int,
     num_samples: int,
-    target_accept_prob: float = 0.8,
+    target_accept_prob: ArrayLike = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
 ):
-    """Run ``C`` NUTS chains of one potential as a ``vmap`` over keys (pure; jit/vmap-able).
+    """Run ``C`` NUTS chains of one potential over keys (:func:`map_problems`; pure,
+    jit/vmap-able).
 
     Args:
         potential_fn: unconstrained parameters (pytree) -> potential energy (negative log
@@ -72,7 +103,7 @@ def nuts_chains(
         keys: ``[C]`` PRNG keys.
         num_warmup: adaptation steps (discarded).
         num_samples: draws kept per chain.
-        target_accept_prob: dual-averaging target.
+        target_accept_prob: dual-averaging target (may be traced).
         max_tree_depth: NUTS maximum tree depth.
         dense_mass: adapt a dense (instead of diagonal) mass matrix.
 
@@ -101,7 +132,7 @@ def nuts_chains(
         z, div, steps, acc = jax.tree_util.tree_map(lambda x: x[num_warmup:], out)
         return z, {"diverging": div, "num_steps": steps, "accept_prob": acc}
 
-    return jax.vmap(one)(init_params, keys)
+    return map_problems(one, (init_params, keys))
 
 
 def nuts_model_draws(
@@ -113,7 +144,7 @@ def nuts_model_draws(
     *,
     num_warmup: int,
     num_samples: int,
-    target_accept_prob: float = 0.8,
+    target_accept_prob: ArrayLike = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
     constrain_args: tuple | None = None,
@@ -173,9 +204,10 @@ def _thetas(family, design, draws):
     return theta.reshape(lead + theta.shape[-1:])
 
 
-def _nuts_problem(family, cfg, scores, targets, weights, prior, key):
+def _nuts_problem(family, cfg, tuning, scores, targets, weights, prior, key):
     """One problem: design, ``C`` chains, coefficients ``[C, S, p]``."""
-    num_chains, num_warmup, num_samples, target, depth, dense = cfg
+    num_chains, num_warmup, num_samples, depth, dense = cfg
+    target = tuning["target_accept_prob"]
     design = make_design(family, scores, targets, weights)
     kw = _model_kwargs(family, prior)
     k = design.basis.shape[-1]
@@ -200,20 +232,26 @@ def _nuts_problem(family, cfg, scores, targets, weights, prior, key):
     return _thetas(family, design, draws), design.context, stats
 
 
-@functools.partial(jax.jit, static_argnames=("family", "cfg"))
-def _nuts_single(family, cfg, scores, targets, weights, prior, key):
-    return _nuts_problem(family, cfg, scores, targets, weights, prior, key)
+@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
+def _nuts_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
+    key = key_from_parts(key_data, impl)
+    return _nuts_problem(family, cfg, tuning, scores, targets, weights, prior, key)
 
 
-@functools.partial(jax.jit, static_argnames=("family", "cfg"))
-def _nuts_batch(family, cfg, scores, targets, weights, prior, keys):
-    f = functools.partial(_nuts_problem, family, cfg)
-    return jax.vmap(f, in_axes=(0, 0, 0, None, 0))(scores, targets, weights, prior, keys)
+@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
+def _nuts_batch(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
+    keys = key_from_parts(key_data, impl)
+
+    def one(s, t, w, key):
+        return _nuts_problem(family, cfg, tuning, s, t, w, prior, key)
+
+    return map_problems(one, (scores, targets, weights, keys))
 
 
-def _svi_problem(family, cfg, scores, targets, weights, prior, key):
+def _svi_problem(family, cfg, tuning, scores, targets, weights, prior, key):
     """One problem: SVI on the standardised model, then ``S`` guide draws ``[1, S, p]``."""
-    num_steps, num_samples, lr, subsample_size, guide_kind = cfg
+    num_steps, num_samples, subsample_size, guide_kind = cfg
+    lr = tuning["learning_rate"]
     design = make_design(family, scores, targets, weights)
     model = functools.partial(linear_logit_model, **_model_kwargs(family, prior, subsample_size))
     guide_cls = AutoMultivariateNormal if guide_kind == "mvn" else AutoNormal
@@ -230,14 +268,16 @@ def _svi_problem(family, cfg, scores, targets, weights, prior, key):
     return _thetas(family, design, draws), design.context, {"loss": losses}
 
 
-@functools.partial(jax.jit, static_argnames=("family", "cfg"))
-def _svi_single(family, cfg, scores, targets, weights, prior, key):
-    return _svi_problem(family, cfg, scores, targets, weights, prior, key)
+@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
+def _svi_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
+    key = key_from_parts(key_data, impl)
+    return _svi_problem(family, cfg, tuning, scores, targets, weights, prior, key)
 
 
-@functools.partial(jax.jit, static_argnames=("family", "cfg"))
-def _svi_batch(family, cfg, scores, targets, weights, prior, keys):
-    f = functools.partial(_svi_problem, family, cfg)
+@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
+def _svi_batch(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
+    keys = key_from_parts(key_data, impl)
+    f = functools.partial(_svi_problem, family, cfg, tuning)
     return jax.vmap(f, in_axes=(0, 0, 0, None, 0))(scores, targets, weights, prior, keys)
 
 
@@ -280,6 +320,21 @@ def _check_key(key) -> jax.Array:
     return key
 
 
+def key_parts(key: jax.Array) -> tuple[jax.Array, str | None]:
+    """``(data, impl)``: a typed PRNG key (or array of keys) as its raw ``uint32`` data and
+    its implementation's name (``None`` for legacy raw keys). Compiled programs take the
+    plain array (:func:`key_from_parts` rebuilds the key inside them): the same key, the same
+    stream."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(key), str(jax.random.key_impl(key))
+    return key, None
+
+
+def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
+    """The key of :func:`key_parts` (inside a program)."""
+    return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
+
+
 def _config(
     method,
     n,
@@ -295,22 +350,29 @@ def _config(
     subsample_size,
     guide,
 ):
+    """Validated settings: ``(cfg, tuning)``, the static tuple that fixes the program and
+    the dict of its traced numbers (``target_accept_prob`` / ``learning_rate``).
+
+    NUTS: ``cfg = (num_chains, num_warmup, num_samples, max_tree_depth, dense_mass)``; SVI:
+    ``cfg = (num_steps, num_samples, subsample_size, guide)``.
+    """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
     num_samples = _positive_int(num_samples, "num_samples")
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
     if method == "nuts":
         if not 0.0 < float(target_accept_prob) < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
         if subsample_size is not None:
             raise ValueError("subsample_size is for method='svi' (NUTS needs the full data).")
-        return (
+        cfg = (
             _positive_int(num_chains, "num_chains"),
             _positive_int(num_warmup, "num_warmup", 0),
             num_samples,
-            float(target_accept_prob),
             _positive_int(max_tree_depth, "max_tree_depth"),
             bool(dense_mass),
         )
+        return cfg, {"target_accept_prob": np.asarray(target_accept_prob, dtype)}
     if guide not in GUIDES:
         raise ValueError(f"guide must be one of {GUIDES}; got {guide!r}.")
     if not float(learning_rate) > 0:
@@ -321,13 +383,30 @@ def _config(
             raise ValueError(f"subsample_size ({subsample_size}) exceeds the data size ({n}).")
         if subsample_size == n:
             subsample_size = None
-    return (
-        _positive_int(num_steps, "num_steps"),
-        num_samples,
-        float(learning_rate),
-        subsample_size,
-        guide,
-    )
+    cfg = (_positive_int(num_steps, "num_steps"), num_samples, subsample_size, guide)
+    return cfg, {"learning_rate": np.asarray(learning_rate, dtype)}
+
+
+def is_minibatch(method: str, cfg: tuple) -> bool:
+    """Whether the settings of :func:`_config` ask for minibatch SVI (``subsample_size``)."""
+    return method == "svi" and cfg[2] is not None
+
+
+def padded_data(arrays, fills, *, axis=0, exact=False):
+    """The problem's arrays padded along ``axis`` to their bucket size (shape policy), as
+    NumPy arrays of the default float dtype.
+
+    Every array is padded with its ``fills`` entry; the caller chooses fills that add
+    nothing (a weight of 0). ``exact`` keeps the size (minibatch SVI, whose minibatches are
+    drawn from all rows).
+    """
+    n = arrays[0].shape[axis]
+    size = n if exact else _shapes.padded_size(n, total=arrays[0].size)
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return [
+        np.asarray(_shapes.pad_axis(a, size, f, axis=axis), dtype)
+        for a, f in zip(arrays, fills, strict=True)
+    ]
 
 
 def fit_bayes(
@@ -374,7 +453,7 @@ def fit_bayes(
         key: PRNG key (keyword-only, required).
         num_samples: draws per chain (NUTS) or guide draws (SVI).
         num_warmup: NUTS adaptation steps per chain.
-        num_chains: NUTS chains (run as one vectorised computation).
+        num_chains: NUTS chains (run in one compiled computation, :func:`map_problems`).
         prior: optional ``{"slope": dist, "intercept": dist}`` replacing the defaults
             (standardised scale; ``slope`` supported on ``[0, inf)``).
         target_accept_prob, max_tree_depth, dense_mass: NUTS settings.
@@ -402,7 +481,7 @@ def fit_bayes(
         scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
     )
     family.check_scores(data.scores, data.weights)
-    cfg = _config(
+    cfg, tuning = _config(
         method, data.scores.shape[0], num_samples=num_samples, num_warmup=num_warmup,
         num_chains=num_chains, target_accept_prob=target_accept_prob,
         max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
@@ -410,10 +489,13 @@ def fit_bayes(
     )  # fmt: skip
     prior = check_prior(prior, len(family.slope_indices))
     key = _check_key(key)
-    dtype = jnp.asarray(0.0).dtype
-    args = [jnp.asarray(a, dtype) for a in (data.scores, data.targets, data.weights)]
+    # padded entries: a valid score, target 0, weight 0 (they add 0 to the log-likelihood)
+    arrays = (data.scores, data.targets, data.weights)
+    fills = (data.scores[0], 0.0, 0.0)
+    args = padded_data(arrays, fills, exact=is_minibatch(method, cfg))
     run = _nuts_single if method == "nuts" else _svi_single
-    theta, ctx, stats = run(family, cfg, *args, prior, key)
+    key_data, impl = key_parts(key)
+    theta, ctx, stats = run(family, cfg, impl, tuning, *args, prior, key_data)
     return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
 
 
@@ -441,7 +523,7 @@ def fit_bayes_batch(
     subsample_size: int | None = None,
     guide: str = "mvn",
 ) -> Posterior:
-    """``B`` independent posteriors in one compiled, vectorised call.
+    """``B`` independent posteriors in one compiled call.
 
     Inputs are ``[B, n]`` arrays with an optional boolean ``mask`` (ragged problems; masked
     entries get weight 0), or 1-D arrays with integer ``group`` ids (row ``g`` is the
@@ -467,7 +549,7 @@ def fit_bayes_batch(
         loss=loss,
     )
     family.check_scores_batch(s, w)
-    cfg = _config(
+    cfg, tuning = _config(
         method, s.shape[1], num_samples=num_samples, num_warmup=num_warmup,
         num_chains=num_chains, target_accept_prob=target_accept_prob,
         max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
@@ -475,10 +557,12 @@ def fit_bayes_batch(
     )  # fmt: skip
     prior = check_prior(prior, len(family.slope_indices))
     keys = jax.random.split(_check_key(key), s.shape[0])
-    dtype = jnp.asarray(0.0).dtype
-    args = [jnp.asarray(a, dtype) for a in (s, t, w)]
+    # entries padded like masked ones: score 0, target 0, weight 0 (the batch axis is not
+    # padded: every problem costs a full sampler run)
+    args = padded_data((s, t, w), (0.0,) * 3, axis=1, exact=is_minibatch(method, cfg))
     run = _nuts_batch if method == "nuts" else _svi_batch
-    theta, ctx, stats = run(family, cfg, *args, prior, keys)
+    key_data, impl = key_parts(keys)
+    theta, ctx, stats = run(family, cfg, impl, tuning, *args, prior, key_data)
     return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
 
 

@@ -25,6 +25,8 @@ from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 import jaxcal.debias.losses  # noqa: F401
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators._base import maybe_check_scores
 from jaxcal.calibrators._linear import LinearLogitFamily, ScoreRange
@@ -40,7 +42,7 @@ def _flat(theta: jax.Array) -> jax.Array:
     return theta.reshape(-1, theta.shape[-1])
 
 
-@functools.partial(jax.jit, static_argnames=("family", "what"))
+@functools.partial(jit, static_argnames=("family", "what"))
 def _summaries(family, theta, ctx, scores, qs, *, what):
     """Per-score posterior mean (``what="mean"``) or quantiles ``qs`` of sigma(logit)."""
     th = _flat(theta)
@@ -56,19 +58,48 @@ def _summaries(family, theta, ctx, scores, qs, *, what):
     return out.reshape(scores.shape + out.shape[1:])
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
+@functools.partial(jit, static_argnames=("family",))
 def _prob_draws(family, theta, ctx, scores):
     """``[D, m]`` probabilities of every draw."""
     return jax.nn.sigmoid(family.features(scores, ctx) @ _flat(theta).T).T
 
 
-@functools.partial(jax.jit, static_argnames=("family",))
+@functools.partial(jit, static_argnames=("family",))
 def _ece_draws(family, theta, ctx, scores, labels, weights, edges):
     def one(th):
         p = jax.nn.sigmoid(family.features(scores, ctx) @ th)
         return ece_from_stats(binned_stats(p, labels, edges, weights))
 
     return jax.lax.map(one, _flat(theta), batch_size=64)
+
+
+def map_scores_padded(fn, scores: np.ndarray, batch_ndim: int = 0) -> jax.Array:
+    """``fn(padded)`` for per-score summaries, through one compiled call per size bucket.
+
+    The scores after the ``batch_ndim`` leading axes are flattened to one axis, padded to
+    its bucket size (``jaxcal._shapes``) with copies of the last score (a valid input), and
+    ``fn``'s output (that axis first, then any trailing summary axes) is sliced back on the
+    host and reshaped to the scores' shape plus the trailing axes.
+    """
+    batch, rest = scores.shape[:batch_ndim], scores.shape[batch_ndim:]
+    m = int(np.prod(rest, dtype=np.int64))
+    if m == 0:
+        return fn(scores)
+    flat = scores.reshape(batch + (m,))
+    size = _shapes.padded_size(m, total=flat.size)
+    widths = [(0, 0)] * batch_ndim + [(0, size - m)]
+    out = np.asarray(fn(np.pad(flat, widths, mode="edge")))
+    out = out[(slice(None),) * batch_ndim + (slice(0, m),)]
+    return jax.device_put(out.reshape(batch + rest + out.shape[batch_ndim + 1 :]))
+
+
+def split_bounds(out: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(out[..., 0], out[..., 1])``, sliced on the host for concrete arrays (an eager
+    slice would compile a program per shape)."""
+    if _shapes.is_traced(out):
+        return out[..., 0], out[..., 1]
+    host = np.asarray(out)
+    return jax.device_put(host[..., 0]), jax.device_put(host[..., 1])
 
 
 @pytree_dataclass
@@ -113,13 +144,16 @@ class Posterior:
         """The coefficient draws by name, each ``[..., chains, samples]``."""
         return {n: self.theta[..., i] for i, n in enumerate(self.family.param_names)}
 
-    def _map(self, fn, scores, *rest):
-        """Apply ``fn(theta, ctx, scores, *rest)`` per problem (vmapped over the batch)."""
+    def _map(self, fn, scores, *rest, pad=False):
+        """Apply ``fn(theta, ctx, scores, *rest)`` per problem (vmapped over the batch).
+
+        ``pad``: ``fn`` summarises each score separately (output: the scores' axis, then
+        summary axes), so concrete scores go through :func:`map_scores_padded`.
+        """
         nb = len(self.batch_shape)
-        s = jnp.asarray(scores, self.theta.dtype)
-        if nb == 0:
-            return fn(self.theta, self.context, s, *rest)
-        if s.shape[:nb] != self.batch_shape:
+        traced = _shapes.is_traced(scores, self.theta)
+        s = (jnp if traced else np).asarray(scores, self.theta.dtype)
+        if nb and s.shape[:nb] != self.batch_shape:
             raise ValueError(
                 f"a batched posterior with batch shape {self.batch_shape} needs scores of "
                 f"shape {self.batch_shape} + (m, ...); got {s.shape}."
@@ -127,7 +161,10 @@ class Posterior:
         f = fn
         for _ in range(nb):
             f = jax.vmap(f, in_axes=(0, 0, 0) + (None,) * len(rest))
-        return f(self.theta, self.context, s, *rest)
+        call = lambda x: f(self.theta, self.context, x, *rest)  # noqa: E731
+        if pad and not traced:
+            return map_scores_padded(call, s, nb)
+        return call(s)
 
     # ------------------------------------------------------------------------ prediction
     def predict(self, scores: ArrayLike) -> jax.Array:
@@ -141,7 +178,7 @@ class Posterior:
         """
         scores = maybe_check_scores(scores)
         fn = functools.partial(_summaries, self.family, what="mean")
-        return self._map(lambda th, ctx, s: fn(th, ctx, s, None), scores)
+        return self._map(lambda th, ctx, s: fn(th, ctx, s, None), scores, pad=True)
 
     def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
         """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
@@ -159,10 +196,10 @@ class Posterior:
         if not 0.0 < float(level) < 1.0:
             raise ValueError(f"level must be in (0, 1); got {level!r}.")
         scores = maybe_check_scores(scores)
-        qs = jnp.asarray([(1 - level) / 2, (1 + level) / 2], self.theta.dtype)
+        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.theta.dtype)
         fn = functools.partial(_summaries, self.family, what="quantile")
-        out = self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores)
-        return out[..., 0], out[..., 1]
+        out = self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores, pad=True)
+        return split_bounds(out)
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
         """Probabilities of every draw: ``[..., chains * samples, m]`` for 1-D ``scores``."""

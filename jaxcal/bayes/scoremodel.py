@@ -33,11 +33,14 @@ to remove label switching); ``diagnostics()["monotone_share"]`` reports the shar
 monotone draws for every family.
 
 **Inference.** NUTS uses :func:`jaxcal.bayes.nuts_chains` (NumPyro's functional NUTS, warm-up
-and sampling in one ``lax.scan``, chains a ``vmap``) on NumPyro's ``potential_energy`` of
-:func:`scoremodel_bayes_model`; SVI maximises the ELBO of a Gaussian guide in the
-unconstrained space (``AutoMultivariateNormal`` or ``AutoNormal``, Adam with cosine decay);
-``subsample_size`` subsamples the data plate, which scales the minibatch log-likelihood by
-``n / subsample_size`` (unbiased for the full-data log-likelihood).
+and sampling in one ``lax.scan``, chains mapped by ``map_problems``) on NumPyro's
+``potential_energy`` of :func:`scoremodel_bayes_model`; SVI maximises the ELBO of a Gaussian
+guide in the unconstrained space (``AutoMultivariateNormal`` or ``AutoNormal``, Adam with
+cosine decay); ``subsample_size`` subsamples the data plate, which scales the minibatch
+log-likelihood by ``n / subsample_size`` (unbiased for the full-data log-likelihood). The data
+are padded as in :mod:`jaxcal.bayes.inference` (entries of weight 0; not for minibatch SVI),
+and the score model's real-valued fields (prior scales) are traced: new values compile
+nothing.
 
 Example:
     >>> import jax, numpy as np
@@ -67,6 +70,8 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from numpyro.infer.initialization import init_to_median, init_to_uniform
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import (
     check_fit_inputs,
@@ -74,9 +79,19 @@ from jaxcal._validation import (
     check_sample_weight,
     check_scores,
 )
-from jaxcal.bayes.inference import INIT_RADIUS, _check_key, _config, nuts_model_draws
+from jaxcal.bayes.inference import (
+    INIT_RADIUS,
+    _check_key,
+    _config,
+    is_minibatch,
+    key_from_parts,
+    key_parts,
+    nuts_model_draws,
+    padded_data,
+)
+from jaxcal.bayes.posterior import map_scores_padded, split_bounds
 from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
-from jaxcal.scoremodels._base import ScoreModel
+from jaxcal.scoremodels._base import ScoreModel, join_hyperparameters, split_hyperparameters
 
 __all__ = ["ScoreModelPosterior", "fit_scoremodel_bayes", "scoremodel_bayes_model"]
 
@@ -152,8 +167,9 @@ def _unconstrained_init(prior_fn, key) -> dict:
     }
 
 
-def _nuts(score_model, cfg, monotone, scores, labels, weights, lo, hi, key):
-    num_chains, num_warmup, num_samples, target, depth, dense = cfg
+def _nuts(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key):
+    num_chains, num_warmup, num_samples, depth, dense = cfg
+    target = tuning["target_accept_prob"]
     data = ScoreData(scores, labels, weights)
     kw = {"lo": lo, "hi": hi, "monotone": monotone}
     model = functools.partial(scoremodel_bayes_model, score_model)
@@ -184,8 +200,9 @@ def _latent_names(prior_fn, key) -> list[str]:
     return [n for n, site in tr.items() if site["type"] == "sample" and not site["is_observed"]]
 
 
-def _svi(score_model, cfg, monotone, scores, labels, weights, lo, hi, key):
-    num_steps, num_samples, lr, subsample_size, guide_kind = cfg
+def _svi(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key):
+    num_steps, num_samples, subsample_size, guide_kind = cfg
+    lr = tuning["learning_rate"]
     data = ScoreData(scores, labels, weights)
     kw = {"lo": lo, "hi": hi, "monotone": monotone}
     model = functools.partial(
@@ -204,10 +221,12 @@ def _svi(score_model, cfg, monotone, scores, labels, weights, lo, hi, key):
     return _draws(score_model, prior_fn, latent), {"loss": losses}
 
 
-@functools.partial(jax.jit, static_argnames=("score_model", "cfg", "monotone", "method"))
-def _run(score_model, cfg, monotone, method, scores, labels, weights, lo, hi, key):
+@functools.partial(jit, static_argnames=("static", "cfg", "monotone", "method", "impl"))
+def _run(static, hyper, cfg, tuning, monotone, method, scores, labels, weights, lo, hi, key, impl):
+    score_model = join_hyperparameters(static, hyper)  # prior scales traced: no recompile
+    key = key_from_parts(key, impl)
     run = _nuts if method == "nuts" else _svi
-    return run(score_model, cfg, monotone, scores, labels, weights, lo, hi, key)
+    return run(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key)
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -217,9 +236,10 @@ def _flat(draws: dict) -> dict:
     return {k: v.reshape((-1,) + v.shape[2:]) for k, v in draws.items()}
 
 
-@functools.partial(jax.jit, static_argnames=("score_model", "what"))
-def _summaries(score_model, draws, scores, qs, *, what):
+@functools.partial(jit, static_argnames=("static", "what"))
+def _summaries(static, hyper, draws, scores, qs, *, what):
     """Per-score posterior mean (``what="mean"``) or quantiles ``qs`` of sigma(logit)."""
+    score_model = join_hyperparameters(static, hyper)
     params = score_model.params_from_draws(_flat(draws))
 
     def per_score(s):
@@ -231,13 +251,13 @@ def _summaries(score_model, draws, scores, qs, *, what):
     return out.reshape(scores.shape + out.shape[1:])
 
 
-@functools.partial(jax.jit, static_argnames=("score_model",))
+@functools.partial(jit, static_argnames=("score_model",))
 def _prob_draws(score_model, draws, scores):
     params = score_model.params_from_draws(_flat(draws))
     return jax.vmap(lambda th: jax.nn.sigmoid(score_model.log_odds(th, scores)))(params)
 
 
-@functools.partial(jax.jit, static_argnames=("score_model",))
+@functools.partial(jit, static_argnames=("score_model",))
 def _ece_draws(score_model, draws, scores, labels, weights, edges):
     params = score_model.params_from_draws(_flat(draws))
 
@@ -248,7 +268,7 @@ def _ece_draws(score_model, draws, scores, labels, weights, edges):
     return jax.lax.map(one, params, batch_size=64)
 
 
-@functools.partial(jax.jit, static_argnames=("score_model",))
+@functools.partial(jit, static_argnames=("score_model",))
 def _monotone_draws(score_model, draws, lo, hi):
     params = score_model.params_from_draws(draws)
     f = lambda th: score_model.is_monotone(th, lo, hi)  # noqa: E731
@@ -302,7 +322,8 @@ class ScoreModelPosterior:
         """The draws as the family's params pytree (leaves ``[chains, samples, ...]``)."""
         return self.score_model.params_from_draws(self.draws)
 
-    def _scores(self, scores: ArrayLike) -> jax.Array:
+    def _scores(self, scores: ArrayLike) -> jax.Array | np.ndarray:
+        """Validated scores: a NumPy array of the draws' dtype (a tracer inside ``jit``)."""
         if isinstance(scores, jax.core.Tracer):  # inside jit: checked by the caller
             return jnp.asarray(scores, self.draws["pi1"].dtype)
         arr = np.asarray(scores, np.float64)
@@ -310,7 +331,7 @@ class ScoreModelPosterior:
             raise ValueError("scores contain non-finite values (NaN or inf).")
         if arr.size:
             self.score_model._check_support(arr.reshape(-1))
-        return jnp.asarray(arr, self.draws["pi1"].dtype)
+        return arr.astype(self.draws["pi1"].dtype)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Posterior mean of :math:`P(y=1 \\mid s) = \\sigma(\\text{log\\_odds}(s))` per score.
@@ -324,8 +345,14 @@ class ScoreModelPosterior:
         Raises:
             ValueError: non-finite scores or scores outside the support.
         """
+        return self._summaries(scores, None, "mean")
+
+    def _summaries(self, scores: ArrayLike, qs, what: str) -> jax.Array:
+        """Per-score summaries; concrete scores through one compiled call per size bucket."""
         s = self._scores(scores)
-        return _summaries(self.score_model, self.draws, s, None, what="mean")
+        static, hyper = split_hyperparameters(self.score_model)
+        call = lambda x: _summaries(static, hyper, self.draws, x, qs, what=what)  # noqa: E731
+        return call(s) if _shapes.is_traced(s, self.draws) else map_scores_padded(call, s)
 
     def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
         """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
@@ -342,10 +369,8 @@ class ScoreModelPosterior:
         """
         if not 0.0 < float(level) < 1.0:
             raise ValueError(f"level must be in (0, 1); got {level!r}.")
-        s = self._scores(scores)
-        qs = jnp.asarray([(1 - level) / 2, (1 + level) / 2], s.dtype)
-        out = _summaries(self.score_model, self.draws, s, qs, what="quantile")
-        return out[..., 0], out[..., 1]
+        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.draws["pi1"].dtype)
+        return split_bounds(self._summaries(scores, qs, "quantile"))
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
         """Probabilities of every draw: ``[chains * samples, m]`` for ``[m]`` scores."""
@@ -484,7 +509,7 @@ def fit_scoremodel_bayes(
             parameterisation (every family but Gaussian mixtures).
         num_samples: draws per chain (NUTS) or guide draws (SVI).
         num_warmup: NUTS adaptation steps per chain.
-        num_chains: NUTS chains (one vectorised computation).
+        num_chains: NUTS chains (one compiled computation).
         target_accept_prob, max_tree_depth, dense_mass: NUTS settings.
         num_steps: SVI optimisation steps.
         learning_rate: SVI peak Adam learning rate (cosine decay to 1% of it).
@@ -527,18 +552,23 @@ def fit_scoremodel_bayes(
             "monotone in general); pass monotone=False and read "
             "diagnostics()['monotone_share']."
         )
-    cfg = _config(
+    cfg, tuning = _config(
         method, s.shape[0], num_samples=num_samples, num_warmup=num_warmup,
         num_chains=num_chains, target_accept_prob=target_accept_prob,
         max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
         learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
     )  # fmt: skip
     key = _check_key(key)
-    dtype = jnp.asarray(0.0).dtype
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
     pos = w > 0
-    lo, hi = jnp.asarray(s[pos].min(), dtype), jnp.asarray(s[pos].max(), dtype)
-    args = [jnp.asarray(a, dtype) for a in (s, y, w)]
-    draws, stats = _run(score_model, cfg, monotone, method, *args, lo, hi, key)
+    lo, hi = (jax.device_put(np.asarray(v, dtype)) for v in (s[pos].min(), s[pos].max()))
+    # padded entries: a valid score and label with weight 0 (they add 0 to the likelihood)
+    args = padded_data((s, y, w), (s[0], y[0], 0.0), exact=is_minibatch(method, cfg))
+    static, hyper = split_hyperparameters(score_model)
+    key_data, impl = key_parts(key)
+    draws, stats = _run(
+        static, hyper, cfg, tuning, monotone, method, *args, lo, hi, key_data, impl=impl
+    )
     return ScoreModelPosterior(
         draws=draws,
         lo=lo,

@@ -4,6 +4,11 @@
   prior=(1, 2), max_iter=50, tol=1e-6, mesh=None, dedup=True)`` validates eagerly, merges
   identical sessions, maps (query, document) pairs to ids, and runs the jitted EM loop (or the
   closed-form MLE) of :mod:`jaxcal.clicks._em`.
+* Shape policy (``jaxcal._shapes``): the sessions are padded to a bucket size with rows of
+  weight 0 that are fully masked, and the pair tables to theirs with ids no session uses;
+  padding adds nothing to the sufficient statistics or the objective, and is sliced off, so
+  logs of a new size inside a bucket reuse the compiled EM program (the same holds for the
+  predictions).
 * The result is a :class:`ClickModelFit` pytree: the pair vocabulary, a dict of parameter
   arrays (query-document parameters have one extra last entry, the prior mean, used for
   pairs unseen in training), the iteration count and the objective trace. It predicts
@@ -23,6 +28,8 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.clicks._em import make_batch, run_closed_form, run_em
 from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs, lookup_pairs
@@ -67,7 +74,7 @@ def _check_em_options(max_iter: Any, tol: Any) -> tuple[int, float]:
     return int(max_iter), tol
 
 
-@partial(jax.jit, static_argnames=("fn",))
+@partial(jit, static_argnames=("fn",))
 def _apply(fn: Callable, params: dict, qd: jax.Array, clicks: jax.Array, mask: jax.Array):
     probs = fn(params, qd, clicks, mask)
     return jnp.where(mask, probs, 0.0)
@@ -97,6 +104,9 @@ class ClickModelFit:
     n_results: int = static_field(default=10)
 
     model_name: ClassVar[str] = ""
+    #: names of the query-document parameter tables (``[P + 1]``); the others are per rank
+    #: or global
+    pair_params: ClassVar[tuple[str, ...]] = ("alpha",)
     _conditional_fn: ClassVar[Callable]
     _marginal_fn: ClassVar[Callable]
 
@@ -131,11 +141,26 @@ class ClickModelFit:
 
     def _predict(self, fn: Callable, sessions: Sessions) -> jax.Array:
         qd, clicks, mask, n = self._encode(sessions)
-        dtype = jnp.zeros(()).dtype
-        out = _apply(
-            fn, self.params, jnp.asarray(qd), jnp.asarray(clicks, dtype), jnp.asarray(mask)
-        )
-        return out[:, :n]
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        clicks = clicks.astype(dtype)
+        if _shapes.is_traced(self.params):  # inside the caller's jit: its shapes
+            return _apply(fn, self.params, qd, clicks, mask)[:, :n]
+        # sessions padded to their bucket (masked rows, sliced off), pair tables to theirs
+        # (never indexed: padded and unseen positions point at the prior-mean slot)
+        S = qd.shape[0]
+        rows = _shapes.padded_size(S, total=S * self.n_results)
+        fill = len(self.pair_query)
+        qd, clicks, mask = _shapes.pad_rows(rows, qd, clicks, mask, fills=(fill, 0, False))
+        out = _apply(fn, self._padded_params(), qd, clicks, mask)
+        return jax.device_put(np.asarray(out)[:S, :n])
+
+    def _padded_params(self) -> dict:
+        """``params`` with every pair table padded (by its last entry) to its bucket size."""
+        size = _shapes.padded_size(len(self.pair_query) + 1)
+        return {
+            k: _shapes.pad_axis(v, size, np.asarray(v)[-1]) if k in self.pair_params else v
+            for k, v in self.params.items()
+        }
 
     # ------------------------------------------------------------------ predictions
     def predict_conditional(self, sessions: Sessions) -> jax.Array:
@@ -166,6 +191,7 @@ class ClickModel:
 
     @staticmethod
     def _init(n_pairs: int, n: int, dtype) -> dict:  # pragma: no cover - interface
+        """Initial parameters (NumPy arrays): pair tables ``[n_pairs]``, rank ones ``[n]``."""
         raise NotImplementedError
 
     def fit(
@@ -205,22 +231,37 @@ class ClickModel:
         if dedup:
             sessions = sessions.deduplicate()
         index, qd = encode_pairs(sessions)
+        S, n = qd.shape
+        n_pairs = index.query.shape[0] + 1  # the last slot: unseen pairs and padding
+        # shape policy: sessions padded to their bucket with weight-0, fully masked rows;
+        # pair tables to theirs with ids no session uses (sliced off below)
+        table = _shapes.padded_size(n_pairs)
         batch = make_batch(
-            qd, np.asarray(sessions.clicks), np.asarray(sessions.mask), sessions.weight, mesh
+            qd,
+            np.asarray(sessions.clicks),
+            np.asarray(sessions.mask),
+            sessions.weight,
+            mesh,
+            n_rows=_shapes.padded_size(S, total=S * n),
+            fill_id=n_pairs - 1,
         )
-        dtype = batch.weight.dtype
-        n = sessions.n_results
-        n_pairs = index.query.shape[0] + 1
-        prior_arr = jnp.asarray([a, b], dtype)
-        params0 = self._init(n_pairs, n, dtype)
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        prior_arr = np.asarray([a, b], dtype)
+        pair_params = self.fitted_cls.pair_params
+        params0 = self._init(table, n, dtype)
         if self.uses_em:
+            valid = {
+                k: (np.arange(table) < n_pairs) if k in pair_params else np.ones(v.shape, bool)
+                for k, v in params0.items()
+            }
             res = run_em(
                 type(self)._stats,
                 type(self)._mstep,
                 params0,
                 batch,
                 prior_arr,
-                jnp.asarray(tol, dtype),
+                np.asarray(tol, dtype),
+                valid,
                 max_iter=max_iter,
                 mesh=mesh,
             )
@@ -229,11 +270,15 @@ class ClickModel:
             params = run_closed_form(
                 type(self)._stats, type(self)._mstep, params0, batch, prior_arr, mesh=mesh
             )
-            n_iter, history = jnp.asarray(0, jnp.int32), jnp.zeros((0,), dtype)
+            n_iter, history = np.asarray(0, np.int32), np.zeros((0,), dtype)
+            n_iter, history = jax.device_put(n_iter), jax.device_put(history)
+        params = {
+            k: _shapes.unpad(v, n_pairs) if k in pair_params else v for k, v in params.items()
+        }
         return self.fitted_cls(
             pair_query=index.query,
             pair_doc=index.doc,
-            params=dict(params),
+            params=params,
             n_iter=n_iter,
             history=history,
             prior=(a, b),

@@ -28,6 +28,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxcal._jit import jit
+from jaxcal._shapes import pad_axis
+
 __all__ = [
     "Batch",
     "EMResult",
@@ -77,26 +80,41 @@ class EMResult(NamedTuple):
 
 
 def make_batch(
-    qd: np.ndarray, clicks: np.ndarray, mask: np.ndarray, weight: np.ndarray, mesh: Mesh | None
+    qd: np.ndarray,
+    clicks: np.ndarray,
+    mask: np.ndarray,
+    weight: np.ndarray,
+    mesh: Mesh | None,
+    *,
+    n_rows: int | None = None,
+    fill_id: int | None = None,
 ) -> Batch:
-    """Move a log to the device(s), with rank-major copies (``Batch.qd_t`` ...); with a
-    ``mesh``, pad ``S`` to a multiple of the number of devices (padding rows have weight 0 and
-    are fully masked) and shard sessions across them."""
-    dtype = jnp.zeros(()).dtype  # float32 unless x64 is enabled
+    """Move a log to the device(s), with rank-major copies (``Batch.qd_t`` ...).
+
+    Rows are padded to ``n_rows`` (default: no padding) and, with a ``mesh``, further to a
+    multiple of the number of devices, over which the sessions are then sharded. Padding rows
+    have weight 0, are fully masked and point at the pair id ``fill_id`` (default: the
+    largest id in ``qd``), so they add nothing to any sufficient statistic.
+    """
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless x64 is enabled
+    S = qd.shape[0]
+    rows = S if n_rows is None else max(int(n_rows), S)
     if mesh is not None:
         k = mesh.devices.size
-        pad = (-qd.shape[0]) % k
-        if pad:
-            fill = int(qd.max()) if qd.size else 0
-            qd = np.concatenate([qd, np.full((pad, qd.shape[1]), fill, qd.dtype)])
-            clicks = np.concatenate([clicks, np.zeros((pad, clicks.shape[1]), clicks.dtype)])
-            mask = np.concatenate([mask, np.zeros((pad, mask.shape[1]), bool)])
-            weight = np.concatenate([weight, np.zeros(pad, weight.dtype)])
+        rows = -(-rows // k) * k
+    if rows > S:
+        if fill_id is None:
+            fill_id = int(qd.max()) if qd.size else 0
+        qd = pad_axis(qd, rows, fill_id)
+        clicks = pad_axis(clicks, rows, 0)
+        mask = pad_axis(mask, rows, False)
+        weight = pad_axis(weight, rows, 0)
+    if mesh is not None:
         axis = mesh.axis_names[0]
         put = partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
         put_t = partial(jax.device_put, device=NamedSharding(mesh, P(None, axis)))
     else:
-        put = put_t = jnp.asarray
+        put = put_t = jax.device_put
     qd = np.asarray(qd, np.int32)
     clicks = np.asarray(clicks).astype(dtype)
     mask = np.asarray(mask, bool)
@@ -143,14 +161,23 @@ def ratio(num: jax.Array, den: jax.Array, prior: jax.Array) -> jax.Array:
     return (prior[0] + num) / (prior[1] + den)
 
 
-def log_prior(params: Any, prior: jax.Array) -> jax.Array:
-    """``sum a log theta + (b - a) log(1 - theta)`` over every parameter (MAP penalty)."""
+def log_prior(params: Any, prior: jax.Array, valid: Any = None) -> jax.Array:
+    """``sum a log theta + (b - a) log(1 - theta)`` over every parameter (MAP penalty).
+
+    ``valid`` (a pytree of booleans shaped like ``params``, default all ``True``) leaves out
+    the padding entries of parameter tables.
+    """
     leaves = jax.tree_util.tree_leaves(params)
+    masks = [True] * len(leaves) if valid is None else jax.tree_util.tree_leaves(valid)
     a, b = prior[0], prior[1]
-    return sum(jnp.sum(a * jnp.log(t) + (b - a) * jnp.log1p(-t)) for t in leaves)
+    terms = (
+        jnp.where(m, a * jnp.log(t) + (b - a) * jnp.log1p(-t), 0.0)
+        for t, m in zip(leaves, masks, strict=True)
+    )
+    return sum(jnp.sum(t) for t in terms)
 
 
-@partial(jax.jit, static_argnames=("stats_fn", "mstep_fn", "max_iter", "mesh"))
+@partial(jit, static_argnames=("stats_fn", "mstep_fn", "max_iter", "mesh"))
 def run_em(
     stats_fn: Callable,
     mstep_fn: Callable,
@@ -158,6 +185,7 @@ def run_em(
     batch: Batch,
     prior: jax.Array,
     tol: jax.Array,
+    valid: Any = None,
     *,
     max_iter: int,
     mesh: Mesh | None = None,
@@ -171,6 +199,10 @@ def run_em(
         batch: the log (:func:`make_batch`).
         prior: ``[2]`` pseudo-counts (numerator, denominator).
         tol: stop when ``max |theta_new - theta_old| < tol``.
+        valid: optional pytree of booleans shaped like ``params0``: the entries that count in
+            the objective (``False`` on the padding of parameter tables, which no session
+            uses: they move like the unseen-pair slot, to the prior mean, and so never
+            change the stopping rule).
         max_iter: maximum number of EM iterations (static).
         mesh: optional device mesh; the statistics are summed across it.
 
@@ -192,7 +224,7 @@ def run_em(
             jnp.maximum,
             jax.tree_util.tree_map(lambda x, y: jnp.max(jnp.abs(x - y)), new, params),
         )
-        hist = hist.at[it].set(ll + log_prior(params, prior))
+        hist = hist.at[it].set(ll + log_prior(params, prior, valid))
         return it + 1, new, delta.astype(dtype), hist
 
     state = (
@@ -205,7 +237,7 @@ def run_em(
     return EMResult(params, it, delta, hist)
 
 
-@partial(jax.jit, static_argnames=("stats_fn", "mstep_fn", "mesh"))
+@partial(jit, static_argnames=("stats_fn", "mstep_fn", "mesh"))
 def run_closed_form(
     stats_fn: Callable,
     mstep_fn: Callable,

@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators import isotonic_regression
 from jaxcal.clicks._base import ClickModelFit, check_sessions
@@ -103,16 +105,7 @@ class FittedRankCalibration:
 
         Traceable (usable inside ``jit``); ``probs`` may have fewer ranks than the map.
         """
-        p = jnp.asarray(probs)
-        if p.ndim != 2 or p.shape[1] > self.n_results:
-            raise ValueError(
-                f"probs must be [S, n] with n <= {self.n_results} ranks; got shape {p.shape}."
-            )
-        n = p.shape[1]
-        kx = self.knots_x[:n].astype(p.dtype)
-        ky = self.knots_y[:n].astype(p.dtype)
-        out = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(p, kx, ky)
-        return out
+        return _apply_maps(self, probs, None)
 
 
 def _knots(x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -181,21 +174,10 @@ class RankCalibration:
         sel = m & (ww > 0)
         rank = np.broadcast_to(np.arange(n), (S, n))[sel]
         x, y, sw = p[sel], c[sel], ww[sel]
-        # pad to a power of two with zero-weight points in an extra group (they change
-        # nothing) so that fits on logs of different sizes reuse one compiled PAV
-        size = len(x)
-        pad = (1 << max(size - 1, 1).bit_length()) - size
         fitted = np.asarray(
-            isotonic_regression(
-                np.r_[x, np.zeros(pad)],
-                np.r_[y, np.zeros(pad)],
-                sample_weight=np.r_[sw, np.zeros(pad)],
-                group=np.r_[rank, np.full(pad, n)],
-                y_min=trim,
-                y_max=1.0 - trim,
-            ),
+            isotonic_regression(x, y, sample_weight=sw, group=rank, y_min=trim, y_max=1.0 - trim),
             np.float64,
-        )[:size]
+        )
         per_rank = []
         for r in range(n):
             at = rank == r
@@ -204,7 +186,9 @@ class RankCalibration:
             else:
                 lo, hi = max(trim, 0.0), min(1.0 - trim, 1.0)
                 per_rank.append((np.array([lo, hi]), np.array([lo, hi])))
-        K = max(len(k[0]) for k in per_rank)
+        # knots padded to their bucket size (above 1, carrying the last value: exact for
+        # probabilities), so that calibrations of different sizes share compiled programs
+        K = _shapes.padded_size(max(len(k[0]) for k in per_rank))
         kx = np.empty((n, K))
         ky = np.empty((n, K))
         for r, (ux, uv) in enumerate(per_rank):
@@ -212,10 +196,41 @@ class RankCalibration:
             kx[r, :k], ky[r, :k] = ux, uv
             kx[r, k:] = max(ux[-1], 1.0) + np.arange(1, K - k + 1)  # strictly increasing pad
             ky[r, k:] = uv[-1]
-        dtype = jnp.zeros(()).dtype
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
         return FittedRankCalibration(
-            knots_x=jnp.asarray(kx, dtype), knots_y=jnp.asarray(ky, dtype), trim=trim
+            knots_x=jax.device_put(kx.astype(dtype)),
+            knots_y=jax.device_put(ky.astype(dtype)),
+            trim=trim,
         )
+
+
+@jit
+def _calibrated(probs, knots_x, knots_y, mask):
+    """Per-rank maps of ``[S, n]`` probabilities, 0 where ``mask`` is ``False``."""
+    n = probs.shape[1]
+    kx, ky = knots_x[:n].astype(probs.dtype), knots_y[:n].astype(probs.dtype)
+    out = jax.vmap(jnp.interp, in_axes=(1, 0, 0), out_axes=1)(probs, kx, ky)
+    return jnp.where(mask, out, 0.0)
+
+
+def _apply_maps(calibration: FittedRankCalibration, probs: ArrayLike, mask) -> jax.Array:
+    """``calibration`` applied to ``[S, n]`` probabilities (0 where ``mask`` is ``False``);
+    concrete inputs go through one compiled call per bucket of ``S`` (padded rows)."""
+    if _shapes.is_traced(probs, calibration):
+        p = jnp.asarray(probs)
+        m = jnp.ones(p.shape, bool) if mask is None else mask
+    else:
+        p = np.asarray(probs)
+        m = np.ones(p.shape, bool) if mask is None else np.asarray(mask, bool)
+    if p.ndim != 2 or p.shape[1] > calibration.n_results:
+        raise ValueError(
+            f"probs must be [S, n] with n <= {calibration.n_results} ranks; got shape {p.shape}."
+        )
+    if isinstance(p, jax.Array):
+        return _calibrated(p, calibration.knots_x, calibration.knots_y, m)
+    S = p.shape[0]
+    p, m = _shapes.pad_rows(_shapes.padded_size(S, total=p.size), p, m)
+    return _shapes.unpad(_calibrated(p, calibration.knots_x, calibration.knots_y, m), S)
 
 
 @pytree_dataclass
@@ -235,14 +250,12 @@ class CalibratedClickModel:
     def predict_conditional(self, sessions: Sessions) -> jax.Array:
         """Calibrated ``P(C_r = 1 | C_<r)``, ``[S, n]`` (0 on padded positions)."""
         s = check_sessions(sessions)
-        out = self.conditional.apply(self.model.predict_conditional(s))
-        return jnp.where(jnp.asarray(s.mask), out, 0.0)
+        return _apply_maps(self.conditional, self.model.predict_conditional(s), s.mask)
 
     def predict_marginal(self, sessions: Sessions) -> jax.Array:
         """Calibrated ``P(C_r = 1)``, ``[S, n]`` (0 on padded positions)."""
         s = check_sessions(sessions)
-        out = self.marginal.apply(self.model.predict_marginal(s))
-        return jnp.where(jnp.asarray(s.mask), out, 0.0)
+        return _apply_maps(self.marginal, self.model.predict_marginal(s), s.mask)
 
 
 def calibrate_click_model(
@@ -311,7 +324,9 @@ def reliability_by_rank(
     if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
     p, c, m, w = _check_probs_clicks(probs, clicks, mask, sample_weight)
-    out = _reliability(jnp.asarray(p), jnp.asarray(c), jnp.asarray(m), jnp.asarray(w), n_bins)
+    rows = _shapes.padded_size(p.shape[0], total=p.size)
+    p, c, m, w = _shapes.pad_rows(rows, p, c, m, w)  # padded rows: masked, weight 0
+    out = _reliability(p, c, m, w, n_bins)
     count, psum, csum = (np.asarray(a, np.float64) for a in out)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_pred = np.where(count > 0, psum / count, np.nan)
@@ -319,7 +334,7 @@ def reliability_by_rank(
     return ReliabilityByRank(mean_pred, ctr, count)
 
 
-@jax.jit(static_argnames=("n_bins",))
+@jit(static_argnames=("n_bins",))
 def _reliability(p, c, m, w, n_bins):
     S, n = p.shape
     b = jnp.clip(jnp.floor(p * n_bins).astype(jnp.int32), 0, n_bins - 1)

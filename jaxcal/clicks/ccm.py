@@ -32,6 +32,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -166,4 +167,4 @@ class CCM(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"alpha": jnp.full((n_pairs,), 0.5, dtype), "tau": jnp.full((3,), 0.5, dtype)}
+        return {"alpha": np.full((n_pairs,), 0.5, dtype), "tau": np.full((3,), 0.5, dtype)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -52,6 +53,7 @@ class FittedGCTR(ClickModelFit):
     """Fitted global CTR: ``params["rho"]`` (scalar)."""
 
     model_name = "GCTR"
+    pair_params = ()
     _conditional_fn = staticmethod(_gctr_probs)
     _marginal_fn = staticmethod(_gctr_probs)
 
@@ -61,6 +63,7 @@ class FittedRCTR(ClickModelFit):
     """Fitted rank CTR: ``params["rho"]`` (``[n]``)."""
 
     model_name = "RCTR"
+    pair_params = ()
     _conditional_fn = staticmethod(_rctr_probs)
     _marginal_fn = staticmethod(_rctr_probs)
 
@@ -91,7 +94,7 @@ class GCTR(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"rho": jnp.full((), 0.5, dtype)}
+        return {"rho": np.full((), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +107,7 @@ class RCTR(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"rho": jnp.full((n,), 0.5, dtype)}
+        return {"rho": np.full((n,), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,4 +120,4 @@ class DCTR(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"alpha": jnp.full((n_pairs,), 0.5, dtype)}
+        return {"alpha": np.full((n_pairs,), 0.5, dtype)}

@@ -32,6 +32,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -177,6 +178,7 @@ class FittedDBN(ClickModelFit):
     """Fitted DBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``), ``params["gamma"]``."""
 
     model_name = "DBN"
+    pair_params = ("alpha", "sigma")
     _conditional_fn = staticmethod(_dbn_conditional)
     _marginal_fn = staticmethod(_dbn_marginal)
 
@@ -186,6 +188,7 @@ class FittedSDBN(ClickModelFit):
     """Fitted SDBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``)."""
 
     model_name = "SDBN"
+    pair_params = ("alpha", "sigma")
     _conditional_fn = staticmethod(_sdbn_conditional)
     _marginal_fn = staticmethod(_sdbn_marginal)
 
@@ -201,8 +204,8 @@ class DBN(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        half = jnp.full((n_pairs,), 0.5, dtype)
-        return {"alpha": half, "sigma": half, "gamma": jnp.full((), 0.5, dtype)}
+        half = np.full((n_pairs,), 0.5, dtype)
+        return {"alpha": half, "sigma": half, "gamma": np.full((), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,5 +218,5 @@ class SDBN(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        half = jnp.full((n_pairs,), 0.5, dtype)
+        half = np.full((n_pairs,), 0.5, dtype)
         return {"alpha": half, "sigma": half}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -81,4 +82,4 @@ class DCM(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"alpha": jnp.full((n_pairs,), 0.5, dtype), "lambda": jnp.full((n,), 0.5, dtype)}
+        return {"alpha": np.full((n_pairs,), 0.5, dtype), "lambda": np.full((n,), 0.5, dtype)}

@@ -16,13 +16,15 @@ sum over sessions, so they run sharded when the inputs are.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
+
+from jaxcal import _shapes
+from jaxcal._jit import jit
 
 __all__ = ["perplexity", "log_likelihood", "ctr_error", "PerplexityResult"]
 
@@ -35,6 +37,8 @@ class PerplexityResult(NamedTuple):
 
 
 def _check(probs, clicks, mask, sample_weight, eps):
+    """Validate eagerly; return NumPy arrays with the sessions padded to their bucket (masked
+    rows of weight 0, which add nothing to any sum) and the number of real sessions."""
     p = np.asarray(probs, np.float64)
     if p.ndim != 2 or p.size == 0:
         raise ValueError(f"probs must be a non-empty [S, n] array; got shape {p.shape}.")
@@ -57,25 +61,26 @@ def _check(probs, clicks, mask, sample_weight, eps):
     eps = float(eps)
     if not 0 <= eps < 0.5:
         raise ValueError(f"eps must lie in [0, 0.5); got {eps}.")
-    dtype = jnp.zeros(()).dtype
-    return (
-        jnp.asarray(p, dtype),
-        jnp.asarray(c, dtype),
-        jnp.asarray(m),
-        jnp.asarray(w, dtype),
-        eps,
-    )
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    S = p.shape[0]
+    rows = _shapes.padded_size(S, total=p.size)
+    # padded (and masked) entries: a valid probability and no click, so every term is finite
+    p = np.where(m, p, 0.5)
+    c = np.where(m, c, 0)
+    arrays = _shapes.pad_rows(rows, p.astype(dtype), c.astype(dtype), m, w.astype(dtype))
+    return (*arrays, np.asarray(eps, dtype)), S
 
 
 def _log2_prob(p, c, eps):
-    # clipping (only when eps > 0) is the last step, applied to the observed outcome's prob
+    # clipping is the last step, applied to the observed outcome's probability; with the
+    # default eps = 0 it changes nothing (probabilities lie in [0, 1])
     q = jnp.where(c > 0, p, 1.0 - p)
-    return jnp.log2(jnp.clip(q, eps, 1.0)) if eps > 0 else jnp.log2(q)
+    return jnp.log2(jnp.clip(q, eps, 1.0))
 
 
-@partial(jax.jit, static_argnames=("eps",))
+@jit
 def _perplexity(p, c, m, w, eps):
-    lp = jnp.where(m, _log2_prob(p, jnp.where(m, c, 0.0), eps), 0.0)
+    lp = jnp.where(m, _log2_prob(p, c, eps), 0.0)
     wm = jnp.where(m, w[:, None], 0.0)
     total = jnp.sum(wm, axis=0)
     by_rank = jnp.exp2(-jnp.sum(wm * lp, axis=0) / jnp.where(total > 0, total, 1.0))
@@ -121,13 +126,20 @@ def perplexity(
         >>> float(perplexity(np.full((4, 2), 0.5), np.eye(4, 2)).average)
         2.0
     """
-    return PerplexityResult(*_perplexity(*_check(probs, clicks, mask, sample_weight, eps)))
+    args, _ = _check(probs, clicks, mask, sample_weight, eps)
+    return PerplexityResult(*_perplexity(*args))
 
 
-@partial(jax.jit, static_argnames=("eps",))
+@jit
 def _loglik(p, c, m, w, eps):
-    lp = jnp.where(m, _log2_prob(p, jnp.where(m, c, 0.0), eps), 0.0) * jnp.log(2.0)
-    return jnp.sum(lp, axis=1)
+    """Per-session log-likelihoods ``[S]`` and the ``sum``, ``mean`` and ``per_result``
+    reductions."""
+    lp = jnp.where(m, _log2_prob(p, c, eps), 0.0) * jnp.log(2.0)
+    per_session = jnp.sum(lp, axis=1)
+    total = jnp.sum(w * per_session)
+    mean, per_result = total / jnp.sum(w), total / jnp.sum(w[:, None] * m)
+    reduced = {"sum": total, "mean": mean, "per_result": per_result}
+    return per_session, reduced
 
 
 def log_likelihood(
@@ -154,16 +166,9 @@ def log_likelihood(
     """
     if reduction not in ("sum", "mean", "per_result", "none"):
         raise ValueError(f"reduction must be sum, mean, per_result or none; got {reduction!r}.")
-    p, c, m, w, eps = _check(probs, clicks, mask, sample_weight, eps)
-    per_session = _loglik(p, c, m, w, eps)
-    if reduction == "none":
-        return per_session
-    total = jnp.sum(w * per_session)
-    if reduction == "sum":
-        return total
-    if reduction == "mean":
-        return total / jnp.sum(w)
-    return total / jnp.sum(w[:, None] * m)
+    args, S = _check(probs, clicks, mask, sample_weight, eps)
+    per_session, reduced = _loglik(*args)
+    return _shapes.unpad(per_session, S) if reduction == "none" else reduced[reduction]
 
 
 def ctr_error(
@@ -179,7 +184,12 @@ def ctr_error(
         ``(rmse, by_rank)``: the root-mean-square of the per-rank errors over the ranks
         present, and the ``[n]`` signed errors (NaN for ranks with no session).
     """
-    p, c, m, w, _ = _check(probs, clicks, mask, sample_weight, 0.0)
+    (p, c, m, w, _), _ = _check(probs, clicks, mask, sample_weight, 0.0)
+    return _ctr_error(p, c, m, w)
+
+
+@jit
+def _ctr_error(p, c, m, w):
     wm = jnp.where(m, w[:, None], 0.0)
     total = jnp.sum(wm, axis=0)
     present = total > 0

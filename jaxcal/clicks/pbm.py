@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -78,4 +79,4 @@ class PBM(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"alpha": jnp.full((n_pairs,), 0.5, dtype), "gamma": jnp.full((n,), 0.5, dtype)}
+        return {"alpha": np.full((n_pairs,), 0.5, dtype), "gamma": np.full((n,), 0.5, dtype)}

@@ -21,6 +21,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
@@ -113,4 +114,4 @@ class UBM(ClickModel):
 
     @staticmethod
     def _init(n_pairs, n, dtype):
-        return {"alpha": jnp.full((n_pairs,), 0.5, dtype), "gamma": jnp.full((n, n), 0.5, dtype)}
+        return {"alpha": np.full((n_pairs,), 0.5, dtype), "gamma": np.full((n, n), 0.5, dtype)}

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal import _shapes
+
 __all__ = [
     "InteractionData",
     "Sizes",
@@ -62,6 +64,13 @@ class Sizes:
     n_users: int
     n_items: int
     max_degree: int = 0
+
+    @staticmethod
+    def degree_bound(max_degree: int) -> int:
+        """``max_degree`` rounded up to ``2^b - 1``: the same number of binary-search steps
+        (:func:`search_steps`), so data whose largest degree changes within the octave share
+        the compiled program."""
+        return (1 << int(max_degree).bit_length()) - 1
 
     @property
     def search_bound(self) -> int:
@@ -237,18 +246,25 @@ MAX_BITMAP_BYTES = 256 * 2**20  # default memory cap of the remap sampler's bitm
 class SamplerTables(NamedTuple):
     """Device arrays for on-device sampling (a pytree; pass it into ``jit``).
 
+    The per-pair arrays are padded to the bucket size of ``nnz`` (``jaxcal._shapes``) so that
+    data with a new number of positives in the same bucket reuse the compiled sampler; the
+    padding (zeros) lies outside every user's CSR segment, so no search uses it, and the pair
+    index is drawn below the traced count ``n_pairs``: the sampled stream does not depend on
+    the padding.
+
     The bitmap fields are ``None`` when the tables would exceed ``max_bitmap_bytes``; the
     samplers then use the binary searches over the CSR arrays (same laws, slower)."""
 
-    users: jax.Array  # [nnz] int32, sorted by (user, item)
-    items: jax.Array  # [nnz] int32
+    users: jax.Array  # [nnz (padded)] int32, sorted by (user, item)
+    items: jax.Array  # [nnz (padded)] int32
     indptr: jax.Array  # [n_users + 1] int32: user u's positives are [indptr[u], indptr[u+1])
-    shifted: jax.Array  # [nnz] int32: p_k - k within each user's segment (non-decreasing)
+    shifted: jax.Array  # [nnz (padded)] int32: p_k - k within each user's segment
+    n_pairs: jax.Array  # int32 scalar: the number of positive pairs nnz
     # packed positives: word u * W + w, bit b <-> item 32 w + b (W = ceil(n_items / 32));
     # column 0 the bits (uint32 stored as int32), column 1 the CSR position of the first
     # positive of u at or after item 32 w (indptr[u] + #positives of u in earlier words)
     bitmap: jax.Array | None = None  # [n_users * W, 2] int32
-    remap: jax.Array | None = None  # [nnz] int32: k-th non-positive item of u's tail
+    remap: jax.Array | None = None  # [nnz (padded)] int32: k-th non-positive item of u's tail
 
 
 def bitmap_words(n_items: int) -> int:
@@ -288,19 +304,26 @@ def sampler_tables(
             )
     indptr = np.concatenate([[0], np.cumsum(deg_u)]).astype(np.int64)
     owner = data.users.astype(np.int64)
-    within = np.arange(data.users.size) - indptr[owner]
+    nnz = data.users.size
+    within = np.arange(nnz) - indptr[owner]
     shifted = (data.items - within).astype(np.int32)
+    size = _shapes.padded_size(nnz)
+
+    def pairs(a):  # a per-pair array, padded to the bucket size and put on the device
+        return jax.device_put(_shapes.pad_axis(np.asarray(a, np.int32), size, 0))
+
     tables = SamplerTables(
-        users=jnp.asarray(data.users),
-        items=jnp.asarray(data.items),
-        indptr=jnp.asarray(indptr.astype(np.int32)),
-        shifted=jnp.asarray(shifted),
+        users=pairs(data.users),
+        items=pairs(data.items),
+        indptr=jax.device_put(indptr.astype(np.int32)),
+        shifted=pairs(shifted),
+        n_pairs=jax.device_put(np.int32(nnz)),
     )
     n_words = bitmap_words(data.n_items)
-    if 8 * data.n_users * n_words + 4 * data.users.size > max_bitmap_bytes:
+    if 8 * data.n_users * n_words + 4 * nnz > max_bitmap_bytes:
         return tables
     bitmap, remap = _bitmap_tables(data, indptr, deg_u)
-    return tables._replace(bitmap=jnp.asarray(bitmap), remap=jnp.asarray(remap))
+    return tables._replace(bitmap=jax.device_put(bitmap), remap=pairs(remap))
 
 
 def _bitmap_tables(data: InteractionData, indptr: np.ndarray, deg_u: np.ndarray):
@@ -458,7 +481,7 @@ def sample_triples(
     if negatives not in ("non_positive", "all"):
         raise ValueError(f"negatives must be 'non_positive' or 'all'; got {negatives!r}.")
     words = jax.random.bits(key, (4, batch_size), jnp.uint32)
-    idx = uniform_below(words[0], words[1], jnp.int32(tables.users.size))
+    idx = uniform_below(words[0], words[1], tables.n_pairs)
     u, i = tables.users[idx], tables.items[idx]
     if negatives == "all":
         j = uniform_below(words[2], words[3], jnp.int32(n_items))

@@ -33,8 +33,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
+from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.recsys._train import Ranker, _fit_core, check_key
+from jaxcal.recsys._train import Ranker, _fit_core, check_key, key_from_parts, key_parts
 
 __all__ = ["sweep", "SweepResult"]
 
@@ -111,8 +112,9 @@ def _expand_grid(model: Ranker, grid: dict) -> tuple[list[str], list[tuple]]:
     return names, list(itertools.product(*columns))
 
 
-@partial(jax.jit, static_argnames=("model", "max_dim"))
-def _sweep_core(model: Ranker, aux: Any, hp: dict, keys: jax.Array, max_dim: int) -> Any:
+@partial(jit, static_argnames=("model", "max_dim", "impl"))
+def _sweep_core(model: Ranker, aux: Any, hp: dict, key_data: jax.Array, max_dim: int, impl):
+    keys = key_from_parts(key_data, impl)
     return jax.vmap(lambda h, k: _fit_core(model, aux, h, k, max_dim))(hp, keys)
 
 
@@ -179,10 +181,10 @@ def sweep(
     dims = [int(d) for d in columns.get("dim", [getattr(model, "dim", 1)])]
     max_dim = max(dims)
     hp = model._hp()
-    hp = {n: jnp.broadcast_to(v, (k_total,)) for n, v in hp.items()}
+    hp = {n: np.broadcast_to(v, (k_total,)) for n, v in hp.items()}
     for n in names:
         if n != "seed":
-            hp[n] = jnp.asarray(columns[n], dtype=hp[n].dtype)
+            hp[n] = np.asarray(columns[n], dtype=hp[n].dtype)
     if "seed" in columns:
         keys = jnp.stack([jax.random.fold_in(key, int(s)) for s in columns["seed"]])
     else:
@@ -195,14 +197,15 @@ def sweep(
         n_dev = len(devices)
         pad = (-k_total) % n_dev
         if pad:
-            hp = {n: jnp.concatenate([v, jnp.repeat(v[-1:], pad)]) for n, v in hp.items()}
+            hp = {n: np.concatenate([v, np.repeat(v[-1:], pad)]) for n, v in hp.items()}
             keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
         mesh = Mesh(np.asarray(devices), ("models",))
         batched = NamedSharding(mesh, PartitionSpec("models"))
         hp = jax.device_put(hp, batched)
         keys = jax.device_put(keys, batched)
         aux = jax.device_put(aux, NamedSharding(mesh, PartitionSpec()))
-    models = _sweep_core(model._static(), aux, hp, keys, max_dim)
+    key_data, impl = key_parts(keys)
+    models = _sweep_core(model._static(), aux, hp, key_data, max_dim, impl)
     if devices is not None and pad:
         models = jax.tree_util.tree_map(lambda leaf: leaf[:k_total], models)
     hparams = {n: np.asarray(columns[n]) for n in names}

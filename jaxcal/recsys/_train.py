@@ -14,12 +14,18 @@ Gradient-trained models implement four small pure pieces (``_init``, ``_batch``,
 ``_finish``, optionally ``_project``) and share ``train_loop``: ``lax.scan`` over
 ``n_steps`` steps, each drawing its mini-batch on device from ``fold_in(key, step)``,
 taking the gradient of the mini-batch loss and applying an optax update.
+
+The per-interaction arrays in ``aux`` are padded to the bucket size of the number of
+positives (``jaxcal._shapes``; see ``SamplerTables``, ``build_graph`` and WR-MF's pairs), so a
+new number of interactions inside a bucket reuses the compiled fit; the samplers draw below
+the traced count of positives, so padding does not change the sampled stream.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -28,6 +34,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
+from jaxcal._jit import jit
 from jaxcal.recsys._data import InteractionData, as_interactions
 
 __all__ = [
@@ -176,6 +183,20 @@ def check_key(key: Any) -> jax.Array:
     return jnp.asarray(arr)
 
 
+def key_parts(key: jax.Array) -> tuple[jax.Array, str | None]:
+    """``(data, impl)``: a typed PRNG key (or array of keys) as its raw ``uint32`` data and
+    its implementation's name (``None`` for legacy raw keys), so that compiled programs take
+    a plain array; :func:`key_from_parts` rebuilds the same key inside them."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(key), str(jax.random.key_impl(key))
+    return key, None
+
+
+def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
+    """The key of :func:`key_parts` (inside a program)."""
+    return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
+
+
 def check_indices(users: ArrayLike, items: ArrayLike, n_users: int, n_items: int):
     """Validate concrete user / item ids for ``score``; tracers pass through (inside jit)."""
     out = []
@@ -236,12 +257,14 @@ class Ranker:
         raise NotImplementedError  # pragma: no cover
 
     # -- shared plumbing ------------------------------------------------------------------
-    def _hp(self, **overrides: Any) -> dict[str, jax.Array]:
-        """Array-valued hyperparameters (defaults from the estimator, then overrides)."""
-        hp = {name: jnp.asarray(float(getattr(self, name))) for name in self.ARRAY_HPARAMS}
-        hp["dim"] = jnp.asarray(int(getattr(self, "dim", 1)), dtype=jnp.int32)
+    def _hp(self, **overrides: Any) -> dict[str, np.ndarray]:
+        """Array-valued hyperparameters (defaults from the estimator, then overrides), as
+        NumPy scalars: traced arguments of the compiled fit, converted without a program."""
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        hp = {name: np.asarray(float(getattr(self, name)), dtype) for name in self.ARRAY_HPARAMS}
+        hp["dim"] = np.asarray(int(getattr(self, "dim", 1)), np.int32)
         for name, value in overrides.items():
-            hp[name] = jnp.asarray(value, dtype=hp[name].dtype)
+            hp[name] = np.asarray(value, dtype=hp[name].dtype)
         return hp
 
     def _static(self) -> Ranker:
@@ -284,14 +307,17 @@ class Ranker:
         key = check_key(key)
         _, aux = self._data_and_aux(train, n_users, n_items, fit_kwargs)
         max_dim = int(getattr(self, "dim", 1))
-        return _fit_jit(self._static(), aux, self._hp(), key, max_dim)
+        key_data, impl = key_parts(key)
+        return _fit_jit(self._static(), aux, self._hp(), key_data, max_dim, impl)
 
 
 def _fit_core(model: Ranker, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
     return model._fit_core(aux, hp, key, max_dim)
 
 
-_fit_jit = jax.jit(_fit_core, static_argnames=("model", "max_dim"))
+@partial(jit, static_argnames=("model", "max_dim", "impl"))
+def _fit_jit(model, aux, hp, key_data, max_dim, impl):
+    return _fit_core(model, aux, hp, key_from_parts(key_data, impl), max_dim)
 
 
 class GradientRanker(Ranker):

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
 from jaxcal.recsys._data import InteractionData
 from jaxcal.recsys._fitted import FactorModel
 from jaxcal.recsys._train import _check_int
@@ -31,16 +32,23 @@ __all__ = ["LightGCN", "Graph", "build_graph", "propagate"]
 class Graph(NamedTuple):
     """The normalised bipartite graph as an edge list (one entry per positive pair)."""
 
-    users: jax.Array  # [nnz] int32
-    items: jax.Array  # [nnz] int32
-    weights: jax.Array  # [nnz] 1 / sqrt(deg_u deg_i)
+    users: jax.Array  # [nnz (padded)] int32
+    items: jax.Array  # [nnz (padded)] int32
+    weights: jax.Array  # [nnz (padded)] 1 / sqrt(deg_u deg_i), 0 on padding
 
 
 def build_graph(data: InteractionData) -> Graph:
-    """Edge list with symmetric normalisation :math:`1/\\sqrt{|N_u||N_i|}`."""
+    """Edge list with symmetric normalisation :math:`1/\\sqrt{|N_u||N_i|}`.
+
+    The edges are padded to the bucket size of ``nnz`` (``jaxcal._shapes``) with edges
+    ``(0, 0)`` of weight 0, which add exact zeros to the propagation sums.
+    """
     deg_u, deg_i = data.degrees
     w = 1.0 / np.sqrt(deg_u[data.users].astype(np.float64) * deg_i[data.items])
-    return Graph(jnp.asarray(data.users), jnp.asarray(data.items), jnp.asarray(w))
+    size = _shapes.padded_size(w.size)
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    edges = (data.users.astype(np.int32), data.items.astype(np.int32), w.astype(dtype))
+    return Graph(*(jax.device_put(_shapes.pad_axis(a, size, 0)) for a in edges))
 
 
 def propagate(

@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass, static_field
@@ -65,5 +66,6 @@ class Popularity:
     ) -> PopularityModel:
         """Count each item's positives (validated like every other model's ``fit``)."""
         data = as_interactions(train, n_users=n_users, n_items=n_items)
-        counts = jnp.zeros(data.n_items).at[jnp.asarray(data.items)].add(1.0)
-        return PopularityModel(counts, n_users=data.n_users)
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        counts = np.bincount(data.items, minlength=data.n_items).astype(dtype)  # host: no jit
+        return PopularityModel(jax.device_put(counts), n_users=data.n_users)

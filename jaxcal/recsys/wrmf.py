@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal import _shapes
 from jaxcal.recsys._data import InteractionData, Sizes
 from jaxcal.recsys._fitted import FactorModel
 from jaxcal.recsys._train import Ranker, _check_int, _check_positive, init_factors
@@ -42,17 +43,30 @@ class Neighbours(NamedTuple):
 
 
 def _padded(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n_rows: int) -> Neighbours:
+    """Padded adjacency lists; the width (largest degree) is padded to its bucket size
+    (``jaxcal._shapes``), so data with a new largest degree in the bucket share programs."""
     order = np.lexsort((cols, rows))
     rows, cols, values = rows[order], cols[order], values[order]
     deg = np.bincount(rows, minlength=n_rows)
     width = max(int(deg.max()), 1)
+    width = _shapes.padded_size(width, total=n_rows * width)
     start = np.concatenate([[0], np.cumsum(deg)[:-1]])
     slot = np.arange(rows.size) - start[rows]
     index = np.zeros((n_rows, width), np.int32)
     value = np.zeros((n_rows, width))
     valid = np.zeros((n_rows, width), bool)
     index[rows, slot], value[rows, slot], valid[rows, slot] = cols, values, True
-    return Neighbours(jnp.asarray(index), jnp.asarray(value), jnp.asarray(valid))
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return Neighbours(*(jax.device_put(a) for a in (index, value.astype(dtype), valid)))
+
+
+def _pairs(data: InteractionData) -> tuple[jax.Array, ...]:
+    """``(users, items, values, valid)`` of the positive pairs, padded to the bucket size of
+    ``nnz`` (padding: pair ``(0, 0)``, value 0, ``valid = False``)."""
+    size = _shapes.padded_size(data.users.size)
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    arrays = (data.users, data.items, data.values.astype(dtype), np.ones(data.users.size, bool))
+    return tuple(jax.device_put(_shapes.pad_axis(a, size, 0)) for a in arrays)
 
 
 def als_half_step(
@@ -79,14 +93,18 @@ def als_half_step(
     return jnp.linalg.solve(a, b[..., None])[..., 0]
 
 
-def wrmf_objective(x, y, users, items, values, l2, alpha) -> jax.Array:
+def wrmf_objective(x, y, users, items, values, l2, alpha, valid=None) -> jax.Array:
     r"""The full WR-MF objective without forming the dense matrix:
     :math:`\operatorname{tr}(X^\top X\, Y^\top Y) + \sum_{(u,i) \in P} [c_{ui}(1 - s_{ui})^2
-    - s_{ui}^2] + \lambda(\lVert X\rVert^2 + \lVert Y\rVert^2)` with :math:`s = x_u^\top y_i`."""
+    - s_{ui}^2] + \lambda(\lVert X\rVert^2 + \lVert Y\rVert^2)` with :math:`s = x_u^\top y_i`
+    (``valid``, optional: ``False`` on padding pairs, which are left out)."""
     s = jnp.sum(x[users] * y[items], axis=-1)
     c = 1.0 + alpha * values
+    pair_terms = c * (1.0 - s) ** 2 - s**2
+    if valid is not None:
+        pair_terms = jnp.where(valid, pair_terms, 0.0)
     dense_part = jnp.sum((x.T @ x) * (y.T @ y))
-    return dense_part + jnp.sum(c * (1.0 - s) ** 2 - s**2) + l2 * (jnp.sum(x**2) + jnp.sum(y**2))
+    return dense_part + jnp.sum(pair_terms) + l2 * (jnp.sum(x**2) + jnp.sum(y**2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +144,7 @@ class WRMF(Ranker):
         return {
             "by_user": _padded(data.users, data.items, data.values, data.n_users),
             "by_item": _padded(data.items, data.users, data.values, data.n_items),
-            "pairs": (jnp.asarray(data.users), jnp.asarray(data.items), jnp.asarray(data.values)),
+            "pairs": _pairs(data),
             "sizes": Sizes(data.n_users, data.n_items),
         }
 
@@ -140,7 +158,8 @@ class WRMF(Ranker):
             x, y = carry
             x = als_half_step(y, aux["by_user"], l2, alpha)
             y = als_half_step(x, aux["by_item"], l2, alpha)
-            return (x, y), wrmf_objective(x, y, *aux["pairs"], l2, alpha)
+            users, items, values, valid = aux["pairs"]
+            return (x, y), wrmf_objective(x, y, users, items, values, l2, alpha, valid)
 
         (x, y), objective = jax.lax.scan(sweep, (x, y), None, length=self.n_iters)
         return FactorModel(x, y, objective, trainer="WRMF")

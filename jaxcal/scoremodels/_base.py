@@ -12,7 +12,11 @@ which for the families below is a linear-logit map with closed-form coefficients
 Weighted fits take per-score class weights ``w1`` (towards the positive class) and ``w0``
 (towards the negative class): with 0/1 labels and sample weights ``v`` these are
 ``v * y`` and ``v * (1 - y)``; with soft targets ``t`` in [0, 1] they are ``w t`` and
-``w (1 - t)`` (the expected complete-data log-likelihood).
+``w (1 - t)`` (the expected complete-data log-likelihood). Zero class weights make padding
+exact: ``fit`` pads the data to their bucket size (``jaxcal._shapes``) with copies of a valid
+score of weight 0, and passes the real-valued fields of the model (prior scales, the
+mixture's ``tol``...) as traced arguments, so new sizes in a bucket and new values compile
+nothing.
 """
 
 from __future__ import annotations
@@ -28,10 +32,19 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 from numpyro.distributions import constraints
 
+from jaxcal import _shapes
+from jaxcal._jit import jit
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_fit_inputs
 
-__all__ = ["ScoreModel", "class_prior", "weighted_moments", "bounded_site"]
+__all__ = [
+    "ScoreModel",
+    "class_prior",
+    "weighted_moments",
+    "bounded_site",
+    "split_hyperparameters",
+    "join_hyperparameters",
+]
 
 _STATUS_FIELDS = ("n_iter", "converged")  # fit diagnostics in some params classes, not draws
 
@@ -81,9 +94,27 @@ def bounded_site(name: str, prior: dist.Distribution, bound: jax.Array, *, upper
     return value
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _fit_jit(model, scores, w1, w0):
-    return model.fit_weighted(scores, w1, w0)
+def split_hyperparameters(model: ScoreModel) -> tuple[ScoreModel, dict[str, float]]:
+    """``(static, values)``: the model with its real-valued (``float``-annotated) fields
+    blanked, a hashable static ``jit`` argument that does not change with their values, and
+    those values, to pass as traced arguments (:func:`join_hyperparameters` rebuilds the
+    model inside the program). Integer fields (counts, which may fix shapes) stay static."""
+    values = {
+        f.name: getattr(model, f.name)
+        for f in dataclasses.fields(model)
+        if f.type in ("float", float) and getattr(model, f.name) is not None
+    }
+    return dataclasses.replace(model, **dict.fromkeys(values)), values
+
+
+def join_hyperparameters(static: ScoreModel, values: dict) -> ScoreModel:
+    """The model of :func:`split_hyperparameters` (inside ``jit``: traced field values)."""
+    return dataclasses.replace(static, **values)
+
+
+@functools.partial(jit, static_argnums=0)
+def _fit_jit(static, values, scores, w1, w0):
+    return join_hyperparameters(static, values).fit_weighted(scores, w1, w0)
 
 
 class ScoreModel:
@@ -134,13 +165,12 @@ class ScoreModel:
         """
         s, y, w = check_fit_inputs(scores, labels, sample_weight)
         self._check_support(s)
-        dtype = jnp.asarray(0.0).dtype
-        return _fit_jit(
-            self,
-            jnp.asarray(s, dtype),
-            jnp.asarray(w * y, dtype),
-            jnp.asarray(w * (1.0 - y), dtype),
-        )
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        # shape policy: padded with copies of a valid score carrying zero class weights
+        size = _shapes.padded_size(s.shape[0])
+        s, w1, w0 = _shapes.pad_rows(size, s, w * y, w * (1.0 - y), fills=(s[0], 0.0, 0.0))
+        static, values = split_hyperparameters(self)
+        return _fit_jit(static, values, *(np.asarray(a, dtype) for a in (s, w1, w0)))
 
     def predict(self, params, scores: ArrayLike) -> jax.Array:
         """Posterior :math:`P(y=1 \\mid s)` = ``sigmoid(log_odds(params, scores))``."""

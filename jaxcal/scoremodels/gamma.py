@@ -140,9 +140,12 @@ class GammaScoreModel(ScoreModel):
 
     def fit_weighted(self, scores, w1, w0) -> GammaParams:
         """Weighted MLE per class (Newton on the shape; pure, jit/vmap-able)."""
-        a1, b1, it1, c1 = gamma_mle(scores, w1)
-        a0, b0, it0, c0 = gamma_mle(scores, w0)
-        return GammaParams(a0, b0, a1, b1, class_prior(w1, w0), jnp.maximum(it0, it1), c0 & c1)
+        # both classes in one (vmapped) Newton loop: one copy of the digamma / trigamma code
+        # to compile; a batched while loop keeps each class's converged iterate unchanged
+        alpha, beta, it, conv = jax.vmap(gamma_mle, in_axes=(None, 0))(scores, jnp.stack([w0, w1]))
+        return GammaParams(
+            alpha[0], beta[0], alpha[1], beta[1], class_prior(w1, w0), jnp.max(it), jnp.all(conv)
+        )
 
     def calibration_map(self, params: GammaParams) -> jax.Array:
         """``[a, b, c]`` of the posterior logit ``a log s + b s + c``."""

@@ -192,11 +192,14 @@ class GaussianMixtureScoreModel(ScoreModel):
     def fit_weighted(self, scores, w1, w0) -> GaussianMixtureParams:
         """Weighted EM per class (pure; jit/vmap-able)."""
         kw = dict(max_iter=self.max_iter, tol=self.tol, min_sd_fraction=self.min_sd_fraction)
-        r1, m1, s1, it1, c1 = weighted_gmm_em(scores, w1, self.n_components, **kw)
-        r0, m0, s0, it0, c0 = weighted_gmm_em(scores, w0, self.n_components, **kw)
+        # both classes in one (vmapped) EM loop: half the program to compile; a batched while
+        # loop keeps each class's converged iterate unchanged
+        em = lambda w: weighted_gmm_em(scores, w, self.n_components, **kw)  # noqa: E731
+        rho, mu, sd, it, conv = jax.vmap(em)(jnp.stack([w0, w1]))
         return GaussianMixtureParams(
-            r0, m0, s0, r1, m1, s1, class_prior(w1, w0), jnp.maximum(it0, it1), c0 & c1
-        )
+            rho[0], mu[0], sd[0], rho[1], mu[1], sd[1], class_prior(w1, w0), jnp.max(it),
+            jnp.all(conv),
+        )  # fmt: skip
 
     def log_odds(self, params: GaussianMixtureParams, scores: ArrayLike) -> jax.Array:
         s = jnp.asarray(scores)
