@@ -90,9 +90,14 @@ def fingerprint(backend: str) -> str:
         devices[0].device_kind,
         str(len(devices)),
         _cpu_signature(),
-        repr(sorted(jax.config.values.items())),
+        repr(sorted((k, v) for k, v in jax.config.values.items() if not _unrelated(k))),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _unrelated(flag: str) -> bool:
+    """JAX settings that cannot change a compiled program (logging, caches, tracebacks)."""
+    return any(word in flag for word in ("log", "cache", "traceback", "profil", "explain"))
 
 
 def _path(key: str) -> Path | None:
