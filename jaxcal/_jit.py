@@ -125,8 +125,10 @@ class _Jit:
     def _program(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         """The compiled program of ``key``: from disk, or traced, compiled and stored."""
         dyn_tree, specs, statics, backend, _ = key
+        # the options asked for (whether this jaxlib takes them follows from its version,
+        # in the fingerprint): no probe compile on a cache hit
         cpu = backend == "cpu" and not self._xla_defaults
-        options = cpu_compiler_options() if cpu else None
+        options = (_CPU_OPTIONS, os.environ.get("JAXCAL_XLA_DEFAULTS")) if cpu else None
         text = repr((self.__module__, self.__qualname__, dyn_tree, specs, statics, options))
         # an address in a repr (an object without a stable repr) would never hit: no disk
         stable = " at 0x" not in text
