@@ -11,13 +11,16 @@ strictly increasing calibration map leaves it unchanged.
 
 Computed in :math:`O(n \log n)`: sort, group tied scores with ``segment_sum``, and for each
 tie group add its positive weight times (negative weight strictly below + half the negative
-weight tied with it).
+weight tied with it). For XLA's CPU backend the sort runs in NumPy before the jitted sums
+(XLA's comparator sort costs about 5 ms at ``n = 1e4``, NumPy's about 0.5 ms); other
+backends sort inside the program.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
@@ -30,7 +33,12 @@ __all__ = ["auc"]
 @jit
 def _auc_core(s, y, w):
     order = jnp.argsort(s)
-    s, y, w = s[order], y[order], w[order]
+    return _auc_sorted(s[order], y[order], w[order])
+
+
+@jit
+def _auc_sorted(s, y, w):
+    """AUC of scores sorted in non-decreasing order."""
     n = s.shape[0]
     new_group = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
     group = jnp.cumsum(new_group) - 1
@@ -68,7 +76,13 @@ def auc(
     y = check_labels(labels, s.shape[0])
     w = check_sample_weight(sample_weight, s.shape[0])
     check_two_classes(y, w)
+    core = _auc_core
+    if jax.default_backend() == "cpu":
+        # float64 order: still non-decreasing after a cast to the working dtype
+        order = np.argsort(s, kind="stable")
+        s, y, w = s[order], y[order], w[order]
+        core = _auc_sorted
     # zero-weight copies of the largest score: they join its tie group and add nothing
     size = _shapes.padded_size(s.shape[0])
     padded = _shapes.pad_rows(size, s, y, w, fills=(s.max(), 0, 0))
-    return _auc_core(*(jax.device_put(a) for a in padded))
+    return core(*(jax.device_put(a) for a in padded))

@@ -1,7 +1,7 @@
 """Plots of Bayesian calibration posteriors: reliability diagram with credible bands, and the
 fitted map with a posterior band over the score histogram.
 
-matplotlib is imported lazily (``jaxcal.plot.reliability.new_figure``) on an Agg canvas, so
+matplotlib is imported lazily (``jaxcal.plot._figure.new_figure``) on an Agg canvas, so
 plotting never changes the caller's backend.
 """
 
@@ -69,7 +69,7 @@ def posterior_reliability_diagram(
         ValueError: invalid data, ``level`` or a batched posterior.
         ImportError: matplotlib is not installed.
     """
-    from jaxcal.plot.reliability import new_figure, save_figure
+    from jaxcal.plot._figure import new_figure, save_figure
 
     _check_unbatched(posterior)
     level = _check_level(level)
@@ -145,7 +145,7 @@ def posterior_map(
         ValueError: invalid inputs, ``level`` or a batched posterior.
         ImportError: matplotlib is not installed.
     """
-    from jaxcal.plot.reliability import new_figure, save_figure
+    from jaxcal.plot._figure import new_figure, save_figure
 
     _check_unbatched(posterior)
     level = _check_level(level)

@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._validation import check_labels, check_sample_weight, check_scores
-from jaxcal.plot.reliability import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, save_figure
 
 __all__ = ["calibration_map", "score_histograms"]
 

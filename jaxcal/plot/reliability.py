@@ -1,8 +1,4 @@
-"""Reliability diagrams (Guo et al., ICML 2017; Kweon, Kang and Yu, AAAI 2022, Figure 1).
-
-matplotlib is imported lazily, and figures are drawn on an Agg canvas without ``pyplot``,
-so plotting never changes the caller's matplotlib backend or global state.
-"""
+"""Reliability diagrams (Guo et al., ICML 2017; Kweon, Kang and Yu, AAAI 2022, Figure 1)."""
 
 from __future__ import annotations
 
@@ -16,34 +12,18 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal.metrics.calibration import ece, reliability
+from jaxcal.plot._figure import new_figure, save_figure
 
 __all__ = ["reliability_diagram"]
-
-_INSTALL_HINT = "plotting needs matplotlib: pip install 'jaxcal[plot]' (or pip install matplotlib)"
 
 ACCURACY_COLOR = "#3b6fb6"
 GAP_COLOR = "#d9534f"
 COUNT_COLOR = "#7f7f7f"
 
-
-def new_figure(figsize: tuple[float, float]) -> Any:
-    """A matplotlib ``Figure`` on an Agg canvas (no pyplot); ImportError with a hint."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise ImportError(_INSTALL_HINT) from exc
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int) -> Path:
-    """Write ``fig`` as a PNG (parent folders created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, format="png")
-    return path
+# The panel grid is laid out by hand (inches), not by constrained layout: measuring the
+# tick labels of 2 x panels axes costs seconds.
+_PANEL_W, _PANEL_H = 3.6, 4.1
+_LEFT, _RIGHT, _BOTTOM, _TOP, _TITLE = 0.75, 0.2, 0.55, 0.35, 0.35
 
 
 def _as_panels(probs: ArrayLike | Mapping[str, ArrayLike]) -> dict[str, ArrayLike]:
@@ -108,11 +88,14 @@ def reliability_diagram(
         )
         for name, p in panels.items()
     }  # fmt: skip
-    fig = new_figure((1.0, 1.0))  # validated data first, then the figure
     ncols = max(1, min(int(ncols), len(panels)))
     nrows = math.ceil(len(panels) / ncols)
-    fig.set_size_inches(3.6 * ncols, 4.1 * nrows)
-    outer = fig.add_gridspec(nrows, ncols)
+    width, height = _PANEL_W * ncols, _PANEL_H * nrows + (_TITLE if title else 0.0)
+    fig = new_figure((width, height), layout=None)  # validated data first, then the figure
+    outer = fig.add_gridspec(
+        nrows, ncols, left=_LEFT / width, right=1 - _RIGHT / width, bottom=_BOTTOM / height,
+        top=1 - (_TOP + (_TITLE if title else 0.0)) / height, wspace=0.3, hspace=0.35,
+    )  # fmt: skip
     for k, (name, (table, err)) in enumerate(tables.items()):
         inner = outer[k // ncols, k % ncols].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.05)
         ax = fig.add_subplot(inner[0])
@@ -124,11 +107,13 @@ def reliability_diagram(
             ax.set_ylabel("")
             ax_count.set_ylabel("")
     if title:
-        fig.suptitle(title, fontsize=12)
+        fig.suptitle(title, fontsize=12, y=1 - 0.12 / height, va="top")
     return save_figure(fig, path, dpi=dpi)
 
 
 def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
+    from matplotlib.ticker import LogLocator, NullLocator
+
     edges = np.asarray(table.edges)
     left, width = edges[:-1], np.diff(edges)
     center = left + width / 2
@@ -158,6 +143,8 @@ def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
     if some.any():
         ax_count.set_yscale("log")
         ax_count.set_ylim(max(share[share > 0].min() / 2, 1e-7), 1.5)
+        ax_count.yaxis.set_major_locator(LogLocator(numticks=4))
+        ax_count.yaxis.set_minor_locator(NullLocator())
     ax_count.set_ylabel("share", fontsize=8)
     ax_count.set_xlabel("predicted probability (confidence)")
     ax_count.grid(alpha=0.25)

@@ -833,7 +833,7 @@ def case_study(
 ) -> Path:
     """Figure 4: three users' top-5 items (not in training) with Gaussian-IPS probabilities:
     the most confident user, the least confident, and the widest spread."""
-    from jaxcal.plot.reliability import new_figure, save_figure
+    from jaxcal.plot._figure import new_figure, save_figure
     from jaxcal.reproduce._tables import write_table
 
     masked = np.where(study.train + study.valid > 0, -np.inf, score)

@@ -63,9 +63,21 @@ def test_no_recompile_same_shape():
     rng = np.random.default_rng(2)
     y = (rng.uniform(size=100) < 0.5).astype(float)
     auc(rng.normal(size=100), y)
-    before = disc._auc_core._cache_size()
+    before = disc._auc_sorted._cache_size()
     auc(rng.normal(size=100), y)
-    assert disc._auc_core._cache_size() == before
+    assert disc._auc_sorted._cache_size() == before
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_in_program_sort_matches_sklearn(weighted):
+    """The path of non-CPU backends (XLA's sort inside the program) on unsorted input."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    y = (rng.uniform(size=n) < 0.4).astype(float)
+    s = np.round(rng.normal(size=n) + y, 1)
+    w = rng.uniform(0.2, 3.0, size=n) if weighted else np.ones(n)
+    got = float(disc._auc_core(s, y, w))
+    assert abs(got - roc_auc_score(y, s, sample_weight=w)) < 1e-5  # float32 sums
 
 
 @pytest.mark.parametrize(

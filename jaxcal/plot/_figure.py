@@ -1,0 +1,40 @@
+"""The figure shell shared by every plot: a matplotlib ``Figure`` on an Agg canvas (no
+``pyplot``, so plotting never changes the caller's backend or global state), imported only
+when a plot is drawn, and written as a PNG."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["new_figure", "save_figure", "INSTALL_HINT"]
+
+INSTALL_HINT = "plotting needs matplotlib: pip install 'jaxcal[plot]' (or pip install matplotlib)"
+
+
+def new_figure(figsize: tuple[float, float], *, layout: str | None = "constrained") -> Any:
+    """A matplotlib ``Figure`` on an Agg canvas; ImportError with an install hint.
+
+    Args:
+        figsize: width and height in inches.
+        layout: matplotlib's layout engine (``"constrained"``, the default, or ``None`` for
+            a figure that places its axes itself: constrained layout measures every tick
+            label, which costs seconds on a grid of many axes).
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    fig = Figure(figsize=figsize, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int) -> Path:
+    """Write ``fig`` as a PNG (parent folders created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, format="png")
+    return path
