@@ -16,12 +16,17 @@
 //   3. stack-based PAV within each group: push a run, then pool the two top blocks while
 //      they violate (mean(left) >= mean(right), or either has zero weight: the same rule as
 //      the merge tree and as scikit-learn);
-//   4. write each block's mean (0 for a block of zero total weight) back to its points.
+//   4. write each block's mean back to its points, clipped to the points' bounds. The
+//      points of a run of zero total weight get the fitted map's value at their score
+//      instead: the linear interpolation between the clipped values of the nearest runs
+//      with weight in the group, or the nearest one's value beyond them (0 in a group
+//      without weight), as IsotonicCalibration's predict and scikit-learn's transform.
 //
 // The result is the exact weighted isotonic regression, the same as the pure-JAX merge
 // tree up to the rounding of sums. Inputs are [..., n]: every leading index is one
-// independent problem (this is how vmap reaches the handler). Clipping and the
-// decreasing direction are applied by the JAX caller.
+// independent problem (this is how vmap reaches the handler). The weights arrive
+// normalised (largest in [1, 2)) and the decreasing direction is applied by the JAX
+// caller.
 //
 // Two handlers: JaxcalPavCpu returns the fitted value of every point (with groups);
 // JaxcalPavRunsCpu returns the runs (distinct scores, weights, fitted values, block
@@ -320,16 +325,87 @@ int64_t StackPav(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
 
 inline double BlockMean(double sum, double weight) { return weight > 0.0 ? sum / weight : 0.0; }
 
-// PAV of one group's sorted points [off, off + len), each block's mean written to its
-// points' input positions. `stack` is scratch.
+// Lower and upper bounds of the fitted values of one problem: one per point (stride 1,
+// indexed by input position) or one for all points (stride 0).
 template <typename T>
-void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len, T* out) {
+struct Bounds {
+  const T* lo;
+  const T* hi;
+  int64_t lo_stride;
+  int64_t hi_stride;
+  double Clip(double v, int64_t at) const {
+    return std::min(std::max(v, static_cast<double>(lo[at * lo_stride])),
+                    static_cast<double>(hi[at * hi_stride]));
+  }
+};
+
+// The sorted points [from, to) of zero-weight runs: the map's value at their scores, from
+// the nearest runs with weight on the left (x0, value v0) and on the right (x1, v1), where
+// they exist. The formula is that of jaxcal's `interpolate` (and of the merge tree).
+template <typename T>
+void FillZeroRuns(const Arrays& s, int64_t from, int64_t to, bool has_left, double x0,
+                  double v0, bool has_right, double x1, double v1, const Bounds<T>& bounds,
+                  T* out) {
+  const double dx = x1 - x0;
+  for (int64_t q = from; q < to; ++q) {
+    const int64_t at = s.pos[q];
+    double f;
+    if (has_left && has_right) {
+      const double c0 = bounds.Clip(v0, at), c1 = bounds.Clip(v1, at);
+      f = dx > 0.0 ? c0 + ((KeyValue(s.key[q]) - x0) / dx) * (c1 - c0) : c0;
+    } else if (has_left || has_right) {
+      f = bounds.Clip(has_left ? v0 : v1, at);
+    } else {
+      f = bounds.Clip(0.0, at);
+    }
+    out[at] = static_cast<T>(f);
+  }
+}
+
+// PAV of one group's sorted points [off, off + len), each block's mean (clipped) written
+// to its points' input positions; zero-weight runs get the interpolated map
+// (FillZeroRuns). `stack` is scratch.
+template <typename T>
+void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
+                 const Bounds<T>& bounds, T* out) {
   const int64_t n_blocks =
       StackPav(s, stack, off, len, [](int64_t first, uint64_t, double) { return first; });
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const T value = static_cast<T>(BlockMean(stack.y[b], stack.w[b]));
-    const int64_t last = b + 1 == n_blocks ? off + len : static_cast<int64_t>(stack.key[b + 1]);
-    for (int64_t q = static_cast<int64_t>(stack.key[b]); q < last; ++q) out[s.pos[q]] = value;
+  const int64_t end = off + len;
+  bool has_left = false;
+  double left_x = 0.0, left_v = 0.0;
+  int64_t pending = -1;  // first position of zero-weight runs that wait for a right side
+  int64_t b = 0;
+  double value = n_blocks > 0 ? BlockMean(stack.y[0], stack.w[0]) : 0.0;
+  int64_t next_block = n_blocks > 1 ? static_cast<int64_t>(stack.key[1]) : end;
+  for (int64_t p = off; p < end;) {
+    while (p >= next_block) {  // blocks start at runs: the run at p is in block b
+      ++b;
+      value = BlockMean(stack.y[b], stack.w[b]);
+      next_block = b + 1 < n_blocks ? static_cast<int64_t>(stack.key[b + 1]) : end;
+    }
+    const uint64_t k = s.key[p];
+    int64_t q = p;
+    double rw = 0.0;
+    for (; q < end && s.key[q] == k; ++q) rw += s.w[q];
+    if (rw > 0.0) {
+      const double x = KeyValue(k);
+      if (pending >= 0) {
+        FillZeroRuns(s, pending, p, has_left, left_x, left_v, true, x, value, bounds, out);
+        pending = -1;
+      }
+      for (int64_t r = p; r < q; ++r) {
+        out[s.pos[r]] = static_cast<T>(bounds.Clip(value, s.pos[r]));
+      }
+      has_left = true;
+      left_x = x;
+      left_v = value;
+    } else if (pending < 0) {
+      pending = p;
+    }
+    p = q;
+  }
+  if (pending >= 0) {
+    FillZeroRuns(s, pending, end, has_left, left_x, left_v, false, 0.0, 0.0, bounds, out);
   }
 }
 
@@ -374,7 +450,7 @@ void Fill(const Arrays& a, int64_t len, const T* x, const T* y, const T* w, int6
 
 template <typename T, typename G>
 void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, const G* group,
-                  T* out) {
+                  const Bounds<T>& bounds, T* out) {
   std::vector<int64_t> segments{0};  // group segments (input order, or sorted order), then n
   if (group == nullptr || std::is_sorted(group, group + n)) {
     // One problem, or groups already contiguous (per user, per rank, ...): no group sort,
@@ -400,7 +476,7 @@ void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, 
       // lines that are already cached make those writes ~10% of the run time cheaper.
       std::fill(out + at, out + at + len, T(0));
       SortInto(ws, ws.a(), ws.b(), 0, len, /*float_keys=*/true, 0);
-      PoolSegment<T>(ws.b(), ws.a(), 0, len, out);
+      PoolSegment<T>(ws.b(), ws.a(), 0, len, bounds, out);
     }
     return;
   }
@@ -422,7 +498,7 @@ void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, 
     SortInto(ws, a, b, segments[g], segments[g + 1] - segments[g], /*float_keys=*/true, 0);
   }
   for (size_t g = 0; g + 1 < segments.size(); ++g) {  // `a` is free now: the PAV stack
-    PoolSegment<T>(b, a, segments[g], segments[g + 1] - segments[g], out);
+    PoolSegment<T>(b, a, segments[g], segments[g + 1] - segments[g], bounds, out);
   }
 }
 
@@ -446,7 +522,8 @@ class WorkspaceLease {
 
 template <typename T>
 ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
-                 bool has_group, ffi::Result<ffi::AnyBuffer> out) {
+                 ffi::AnyBuffer lo, ffi::AnyBuffer hi, bool has_group,
+                 ffi::Result<ffi::AnyBuffer> out) {
   const auto dims = x.dimensions();
   if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
   const int64_t n = dims.back();
@@ -462,36 +539,54 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   if (has_group && gtype != ffi::DataType::S32 && gtype != ffi::DataType::S64) {
     return ffi::Error::InvalidArgument("pav_cpu: group must be int32 or int64");
   }
+  // bounds: [..., 1] (one per problem) or [..., n] (one per point)
+  const int64_t n_problems = total / n;
+  const int64_t lo_width = static_cast<int64_t>(lo.element_count()) / n_problems;
+  const int64_t hi_width = static_cast<int64_t>(hi.element_count()) / n_problems;
+  const auto valid = [&](const ffi::AnyBuffer& bound, int64_t width) {
+    return (width == 1 || width == n) &&
+           static_cast<int64_t>(bound.element_count()) == width * n_problems;
+  };
+  if (!valid(lo, lo_width) || !valid(hi, hi_width)) {
+    return ffi::Error::InvalidArgument("pav_cpu: bounds must be [..., 1] or [..., n]");
+  }
   const T* xp = static_cast<const T*>(x.untyped_data());
   const T* yp = static_cast<const T*>(y.untyped_data());
   const T* wp = static_cast<const T*>(w.untyped_data());
+  const T* lop = static_cast<const T*>(lo.untyped_data());
+  const T* hip = static_cast<const T*>(hi.untyped_data());
   T* op = static_cast<T*>(out->untyped_data());
   WorkspaceLease lease(n);
   Workspace& ws = lease.get();
-  for (int64_t b = 0; b < total / n; ++b) {
+  for (int64_t b = 0; b < n_problems; ++b) {
     const int64_t at = b * n;
+    const Bounds<T> bd{lop + b * lo_width, hip + b * hi_width, lo_width == n ? 1 : 0,
+                       hi_width == n ? 1 : 0};
     if (!has_group) {
-      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, nullptr, op + at);
+      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, nullptr, bd, op + at);
     } else if (gtype == ffi::DataType::S32) {
       const int32_t* g = static_cast<const int32_t*>(group.untyped_data()) + at;
-      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, g, op + at);
+      SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, g, bd, op + at);
     } else {
       const int64_t* g = static_cast<const int64_t*>(group.untyped_data()) + at;
-      SolveProblem<T, int64_t>(ws, n, xp + at, yp + at, wp + at, g, op + at);
+      SolveProblem<T, int64_t>(ws, n, xp + at, yp + at, wp + at, g, bd, op + at);
     }
   }
   return ffi::Error::Success();
 }
 
 ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
-                   bool has_group, ffi::Result<ffi::AnyBuffer> out) {
+                   ffi::AnyBuffer lo, ffi::AnyBuffer hi, bool has_group,
+                   ffi::Result<ffi::AnyBuffer> out) {
   const ffi::DataType t = x.element_type();
-  if (y.element_type() != t || w.element_type() != t || out->element_type() != t) {
-    return ffi::Error::InvalidArgument("pav_cpu: x, y, w and the output must share a dtype");
+  if (y.element_type() != t || w.element_type() != t || lo.element_type() != t ||
+      hi.element_type() != t || out->element_type() != t) {
+    return ffi::Error::InvalidArgument(
+        "pav_cpu: x, y, w, the bounds and the output must share a dtype");
   }
   try {
-    if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, has_group, out);
-    if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, has_group, out);
+    if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, lo, hi, has_group, out);
+    if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, lo, hi, has_group, out);
   } catch (const std::bad_alloc&) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pav_cpu: out of memory");
   }
@@ -565,6 +660,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxcalPavCpu, PavImpl,
                                   .Arg<ffi::AnyBuffer>()  // y [..., n]
                                   .Arg<ffi::AnyBuffer>()  // w [..., n]
                                   .Arg<ffi::AnyBuffer>()  // group [..., n] or a dummy
+                                  .Arg<ffi::AnyBuffer>()  // lower bound [..., 1] or [..., n]
+                                  .Arg<ffi::AnyBuffer>()  // upper bound [..., 1] or [..., n]
                                   .Attr<bool>("has_group")
                                   .Ret<ffi::AnyBuffer>());  // fitted [..., n]
 

@@ -4,6 +4,7 @@ enumeration of block partitions, and monotonicity / rank properties (hypothesis)
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 import jaxcal
 from jaxcal._native import ENV, pav_cpu_available
-from jaxcal.calibrators.isotonic import FittedIsotonic, isotonic_regression
+from jaxcal.calibrators.isotonic import FittedIsotonic, check_increasing, isotonic_regression
 
 EXACT = 1e-9  # the acceptance tolerance against scikit-learn (float64)
 
@@ -332,3 +333,147 @@ def test_functional_bad_inputs(kwargs, match):
 def test_calibrator_bad_inputs(scores, labels, hyper, match):
     with pytest.raises(ValueError, match=match):
         jaxcal.IsotonicCalibration(**hyper).fit(scores, labels)
+
+
+# ------------------------------------------------------------ scikit-learn's options
+
+
+def _labels(rng, s, slope=2.0):
+    y = (rng.uniform(size=s.size) < 1 / (1 + np.exp(-slope * s))).astype(float)
+    y[:2] = [0.0, 1.0]
+    return y
+
+
+def _recorded(fn, *args):
+    """``fn(*args)`` and whether it warned (any UserWarning)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args)
+    return out, any(issubclass(w.category, UserWarning) for w in caught)
+
+
+def test_auto_direction_equals_sklearn_check_increasing():
+    """Equal weights: the decision and the confidence-interval warning are scikit-learn's;
+    integer weights: the decision of scikit-learn on the repeated data (frequency
+    weights); zero-weight points do not count."""
+    from sklearn.isotonic import check_increasing as sk_check
+
+    rng = np.random.default_rng(10)
+    for _ in range(40):
+        n = int(rng.integers(4, 40))
+        x = np.round(rng.normal(size=n), 1)
+        y = rng.normal(size=n) + rng.normal() * x
+        assert _recorded(check_increasing, x, y) == _recorded(sk_check, x, y)
+        k = rng.integers(1, 4, n)
+        ours, _ = _recorded(check_increasing, x, y, k.astype(float))
+        assert ours == _recorded(sk_check, np.repeat(x, k), np.repeat(y, k))[0]
+        w = np.r_[k, 0.0]
+        zeros = _recorded(check_increasing, np.r_[x, 9.0], np.r_[y, -99.0 if ours else 99.0], w)
+        assert zeros[0] == ours
+    with pytest.warns(UserWarning, match="interval"):
+        assert not check_increasing([0, 1, 2, 3, 4, 5], [0, -1, 2, -3, 4, -5])
+    assert check_increasing([0.0, 1.0, 2.0], [1.0, 1.0, 1.0])  # undefined rho: increasing
+
+
+@pytest.mark.usefixtures("pav_path")
+def test_auto_and_out_of_bounds_equal_sklearn():
+    rng = np.random.default_rng(11)
+    s = np.round(rng.normal(size=60), 1)
+    q = np.r_[s, rng.uniform(s.min() - 1, s.max() + 1, 40)]
+    for slope in (2.0, -2.0):
+        y = _labels(rng, s, slope)
+        for oob in ("clip", "nan"):
+            cal = jaxcal.IsotonicCalibration(increasing="auto", out_of_bounds=oob).fit(s, y)
+            ir = IsotonicRegression(increasing="auto", out_of_bounds=oob).fit(s, y)
+            assert cal.increasing == ir.increasing_ == (slope > 0)
+            np.testing.assert_allclose(np.asarray(cal.predict(q)), ir.predict(q), atol=EXACT)
+        cal = jaxcal.IsotonicCalibration(increasing=slope > 0, out_of_bounds="raise").fit(s, y)
+        np.testing.assert_allclose(np.asarray(cal.predict(s)), ir.predict(s), atol=EXACT)
+        for outside in (s.min() - 0.5, s.max() + 0.5):
+            with pytest.raises(ValueError, match="outside the training range"):
+                cal.predict(np.r_[s[:3], outside])
+        inside_jit = np.asarray(jax.jit(lambda c, v: c.predict(v))(cal, q))  # cannot raise
+        np.testing.assert_allclose(inside_jit, ir.predict(q), atol=EXACT)  # NaN outside
+    step = jaxcal.IsotonicCalibration(interpolation="step", out_of_bounds="nan").fit(s, y)
+    p = np.asarray(step.predict(q))
+    assert np.array_equal(np.isnan(p), (q < s.min()) | (q > s.max()))
+
+
+@pytest.mark.usefixtures("pav_path")
+def test_bounds_equal_sklearn():
+    rng = np.random.default_rng(12)
+    s = rng.normal(size=50)
+    y = _labels(rng, s)
+    w = rng.uniform(0.2, 2.0, 50)
+    q = rng.uniform(s.min() - 1, s.max() + 1, 60)
+    for hyper, (lo, hi) in (
+        ({"y_min": 0.2, "y_max": 0.7}, (0.2, 0.7)),
+        ({"y_min": -3.0, "y_max": 0.9, "trim": 0.05}, (0.05, 0.9)),
+        ({"y_min": 0.1, "trim": 0.2}, (0.2, 0.8)),
+        ({"y_max": 0.4}, (0.0, 0.4)),
+    ):
+        cal = jaxcal.IsotonicCalibration(**hyper).fit(s, y, sample_weight=w)
+        ir = IsotonicRegression(y_min=lo, y_max=hi, out_of_bounds="clip")
+        ref = ir.fit(s, y, sample_weight=w).predict(q)
+        np.testing.assert_allclose(np.asarray(cal.predict(q)), ref, atol=EXACT)
+
+
+def test_float32_in_float32_out():
+    rng = np.random.default_rng(13)
+    s = rng.normal(size=40)
+    y = _labels(rng, s)
+    s32 = s.astype(np.float32)
+    ref = IsotonicRegression(out_of_bounds="clip").fit(s32.astype(float), y)
+    fitted = isotonic_regression(s32, y)
+    assert fitted.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(fitted), ref.predict(s32.astype(float)), rtol=1e-6)
+    assert isotonic_regression(s, y).dtype == jnp.float64
+    assert isotonic_regression(s.astype(int), y).dtype == jnp.float64
+    cal = jaxcal.IsotonicCalibration().fit(s32, y)
+    assert cal.predict(s32).dtype == jnp.float32
+    assert cal.predict(s).dtype == cal.predict(list(s)).dtype == jnp.float64
+    assert jax.jit(lambda c, v: c.predict(v))(cal, s32).dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(cal.predict(s32)), ref.predict(s32), rtol=1e-6)
+    with jax.enable_x64(False):  # no float64 at all: float32 for every input
+        assert isotonic_regression(s, y).dtype == jnp.float32
+        cal = jaxcal.IsotonicCalibration().fit(s, y)
+        assert cal.knots_x.dtype == cal.predict(s).dtype == jnp.float32
+
+
+def test_new_options_round_trip_and_compile_nothing(tmp_path, compiles):
+    rng = np.random.default_rng(14)
+    s = rng.normal(size=100)
+    y = _labels(rng, 3 * s)
+    q = np.r_[s[:20], s.max() + 1.0]
+    cal = jaxcal.IsotonicCalibration(increasing="auto", out_of_bounds="nan", y_max=0.8)
+    fitted = cal.fit(s, y)
+    assert fitted.increasing is True and fitted.out_of_bounds == "nan"
+    fitted.save(tmp_path / "iso.npz")
+    back = jaxcal.load(tmp_path / "iso.npz")
+    assert (back.increasing, back.out_of_bounds) == (True, "nan")
+    np.testing.assert_array_equal(np.asarray(back.predict(q)), np.asarray(fitted.predict(q)))
+    assert np.isnan(np.asarray(back.predict(q))[-1])
+    with compiles() as c:  # new bounds and "auto" are resolved on the host
+        for y_min, y_max in ((0.1, 0.9), (0.05, None), (None, None)):
+            again = jaxcal.IsotonicCalibration(
+                increasing="auto", out_of_bounds="nan", y_min=y_min, y_max=y_max
+            ).fit(s[::-1], y[::-1])
+            jax.block_until_ready(again.predict(q))
+    assert c.count == 0
+
+
+@pytest.mark.parametrize(
+    ("hyper", "match"),
+    [
+        ({"increasing": "yes"}, "increasing"),
+        ({"out_of_bounds": "extrapolate"}, "out_of_bounds"),
+        ({"y_min": float("nan")}, "y_min"),
+        ({"y_max": "1"}, "y_max"),
+        ({"y_min": 0.6, "y_max": 0.4}, "y_min"),
+        ({"y_min": 1.5}, "no probability"),
+        ({"y_max": 0.2, "trim": 0.3}, "no probability"),
+    ],
+)
+def test_new_options_bad_values(hyper, match):
+    with pytest.raises(ValueError, match=match):
+        jaxcal.IsotonicCalibration(**hyper).fit([0.0, 1.0], [0, 1])

@@ -331,3 +331,29 @@ def test_knots_ignore_zero_weight_points():
     np.testing.assert_allclose(v, v_ref, atol=EXACT)
     ir = IsotonicRegression(out_of_bounds="clip").fit(x, y, sample_weight=w)
     np.testing.assert_allclose(np.interp(x, u, v), ir.predict(x), atol=EXACT)
+
+
+def test_kernel_bounds_of_each_shape_zero_weights_and_weight_scale():
+    """The kernel takes bounds per call, per problem (``[B, 1]``) or per point, clips the
+    block means and interpolates the clipped values at zero-weight points (scikit-learn's
+    fit + transform per row); weights scaled by 2**+-1000 give the same bits."""
+    rng = np.random.default_rng(12)
+    B, n = 3, 40
+    x = np.round(rng.normal(size=(B, n)), 1)
+    y = (rng.uniform(size=(B, n)) < 1 / (1 + np.exp(-2 * x))).astype(float)
+    w = rng.uniform(0.1, 3.0, (B, n))
+    w[rng.uniform(size=(B, n)) < 0.25] = 0.0
+    w[:, 0] = 1.0
+    f = jax.jit(pav_fitted_cpu)
+    rows_lo, rows_hi = np.array([[0.1], [0.3], [-1.0]]), np.array([[0.9], [0.6], [0.5]])
+    for lo, hi in ((0.2, 0.8), (rows_lo, rows_hi), (np.broadcast_to(rows_lo, (B, n)), None)):
+        out = np.asarray(f(x, y, w, None, lo, hi))
+        for b in range(B):
+            lo_b = np.broadcast_to(np.asarray(lo), (B, 1) if np.ndim(lo) < 2 else (B, n))[b, 0]
+            hi_b = np.inf if hi is None else np.broadcast_to(np.asarray(hi), (B, 1))[b, 0]
+            ir = IsotonicRegression(y_min=lo_b, y_max=hi_b, out_of_bounds="clip")
+            ref = ir.fit(x[b], y[b], sample_weight=w[b]).transform(x[b])
+            np.testing.assert_allclose(out[b], ref, rtol=0, atol=EXACT)
+    plain = np.asarray(f(x, y, w))
+    for scale in (2.0**-1000, 2.0**1000):
+        np.testing.assert_array_equal(np.asarray(f(x, y, w * scale)), plain)
