@@ -24,7 +24,7 @@ setup(
     ext_modules=[
         Extension(
             "jaxcal._native._pav_cpu",
-            sources=["jaxcal/_native/pav_cpu.cc"],
+            sources=["jaxcal/_native/pav_cpu.cc", "jaxcal/_native/enir_cpu.cc"],
             include_dirs=[_xla_ffi_include()],
             language="c++",
             # the warnings silenced come from the XLA FFI headers
