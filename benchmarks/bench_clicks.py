@@ -2,8 +2,8 @@
 
 The reference is what a user would otherwise run: a PyClick-style loop over sessions and ranks
 in CPython, with the *same exact* E-step (forward / backward recursions for DBN and CCM) and
-dict-based parameter tables. (PyClick itself is not on PyPI; its measured times, from
-``../shared/notes/click-models.md``, are printed for comparison: PBM ~87 ms, UBM ~131 ms,
+dict-based parameter tables. (PyClick itself is not on PyPI; its times, measured separately
+with PyClick's own code in CPython, are printed for comparison: PBM ~87 ms, UBM ~131 ms,
 DBN ~4.6 s, CCM ~9.1 s per 1,000 sessions per iteration. Our loop is leaner than PyClick's
 object model, so ratios against it are conservative.)
 

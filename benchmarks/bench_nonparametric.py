@@ -1,6 +1,6 @@
 """Non-parametric calibrators: jaxcal vs scikit-learn and netcal, same data, same run, CPU.
 
-    python benchmarks/bench_nonparametric.py            # full sizes (issue 3 targets)
+    python benchmarks/bench_nonparametric.py            # full sizes (the targets below)
     python benchmarks/bench_nonparametric.py --quick    # small sizes, a smoke run
     python benchmarks/bench_nonparametric.py --isotonic-only   # only rows 1 and 2
     python benchmarks/bench_nonparametric.py --enir-only  # row 4 and the ENIR scaling table
@@ -15,7 +15,7 @@ Measured (after compilation; the first call's time is reported as compile + run)
    pure-JAX merge tree that GPU / TPU programs use (``JAXCAL_NATIVE=0``), on the same data;
 3. ``jaxcal.BBQ`` at n = 1e5 vs ``netcal.binning.BBQ`` (target >= 20x);
 4. ``jaxcal.ENIR`` at n = 1e4 vs ``netcal.binning.ENIR`` (target >= 20x);
-5. ENIR scaling (issue 3: O(n log n), not quadratic): fit time at n = 1e4, 1e5, 1e6 for
+5. ENIR scaling (target: O(n log n), not quadratic): fit time at n = 1e4, 1e5, 1e6 for
    0/1 labels and for IPS targets, with the number of path models and how many of them the
    BIC bound left to score exactly, and time / (n log2 n).
 

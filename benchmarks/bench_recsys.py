@@ -1,10 +1,10 @@
 """BPR-MF training throughput: jaxcal vs the ``implicit`` library, and a vmapped sweep of K
-models vs K sequential jaxcal fits (issue 5).
+models vs K sequential jaxcal fits.
 
 Both libraries train 64-factor BPR-MF on the same synthetic implicit-feedback data in the
 same run. Throughput is LearnBPR triples per second of training, *after* compilation
 (jaxcal's compile time is reported separately). ``implicit`` runs with ``num_threads=1``
-(the target of the issue: jaxcal >= 0.5x of implicit single-threaded) and with all cores.
+(the target: jaxcal >= 0.5x of implicit single-threaded) and with all cores.
 A held-out per-user AUC shows that the two runs learn comparable models.
 
 Usage::

@@ -43,3 +43,22 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
 
         cls.save = _save
     return cls
+
+
+def split_hyperparameters(model: Any) -> tuple[Any, dict[str, float]]:
+    """``(static, values)`` of a frozen dataclass of hyperparameters (a score model, a
+    family): the model with its real-valued (``float``-annotated) fields
+    blanked, a hashable static ``jit`` argument that does not change with their values, and
+    those values, to pass as traced arguments (:func:`join_hyperparameters` rebuilds the
+    model inside the program). Integer fields (counts, which may fix shapes) stay static."""
+    values = {
+        f.name: getattr(model, f.name)
+        for f in dataclasses.fields(model)
+        if f.type in ("float", float) and getattr(model, f.name) is not None
+    }
+    return dataclasses.replace(model, **dict.fromkeys(values)), values
+
+
+def join_hyperparameters(static: Any, values: dict) -> Any:
+    """The model of :func:`split_hyperparameters` (inside ``jit``: traced field values)."""
+    return dataclasses.replace(static, **values)

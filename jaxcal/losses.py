@@ -28,15 +28,35 @@ convex in :math:`z`). A loss weighting maps (click label :math:`Y`, propensity
     feedback). Lower variance than ``"ips_positive"``; the positives keep their observed
     total weight, so the level (base rate) is that of ``"naive"`` and only the shape of the
     map is re-weighted towards rarely exposed items.
+
+**Implied base rate.** The best *constant* calibrator :math:`z_i \equiv z` solves
+:math:`\sum_i w_i(\sigma(z) - t_i) = 0`, so its probability is
+
+.. math::  \pi = \frac{\sum_i w_i t_i}{\sum_i w_i},
+
+the level that any calibration map fitted on the same data inherits (a flexible map is
+level-consistent: its weighted mean prediction on the fitting data equals :math:`\pi` for
+Platt-type maps with an intercept, exactly, by the same score equation). Under IPS
+:math:`\pi` can exceed 1 when the propensities are too small; it is reported as is
+(:func:`implied_base_rate`).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-__all__ = ["LOSSES", "check_loss", "loss_targets_weights", "weighted_logistic_loss"]
+from jaxcal._validation import check_labels, check_propensity, check_sample_weight
+
+__all__ = [
+    "LOSSES",
+    "check_loss",
+    "implied_base_rate",
+    "loss_targets_weights",
+    "weighted_logistic_loss",
+]
 
 LOSSES = ("naive", "ips", "ips_positive", "snips")
 
@@ -91,3 +111,38 @@ def weighted_logistic_loss(z: ArrayLike, targets: ArrayLike, weights: ArrayLike)
     r"""``sum_i w_i [softplus(z_i) - t_i z_i]``, computed stably in log space."""
     z = jnp.asarray(z)
     return jnp.sum(weights * (jax.nn.softplus(z) - targets * z))
+
+
+def implied_base_rate(
+    labels: ArrayLike,
+    *,
+    propensity: ArrayLike | None = None,
+    sample_weight: ArrayLike | None = None,
+    loss: str = "naive",
+) -> float:
+    r"""The base rate :math:`\sum_i w_i t_i / \sum_i w_i` a calibrator fitted with ``loss``
+    inherits from these labels (see the module docstring).
+
+    Args:
+        labels: ``[n]`` 0/1 labels of the calibration pairs.
+        propensity: ``[n]`` propensities in (0, 1] (required unless ``loss="naive"``).
+        sample_weight: ``[n]`` non-negative weights (e.g. ``CalibrationPairs.negative_weight``).
+        loss: ``"naive"``, ``"ips"``, ``"ips_positive"`` or ``"snips"``.
+
+    Returns:
+        The implied base rate (may exceed 1 under ``"ips"`` with too small propensities).
+
+    Raises:
+        ValueError: bad labels, weights or propensities, unknown loss.
+
+    Example:
+        >>> implied_base_rate(np.r_[1, 0, 0, 0])
+        0.25
+    """
+    y = check_labels(labels)
+    check_loss(loss, propensity)
+    v = check_sample_weight(sample_weight, y.shape[0])
+    omega = None if propensity is None else check_propensity(propensity, y.shape[0])
+    t, w = loss_targets_weights(y, propensity=omega, sample_weight=v, loss=loss)
+    t, w = np.asarray(t), np.asarray(w)
+    return float(np.sum(w * t) / np.sum(w))

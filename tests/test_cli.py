@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from jaxcal.cli import main
@@ -25,6 +28,18 @@ def test_help_lists_subcommands(capsys):
     assert code == 0
     assert "demo" in out and "reproduce" in out
     assert "calibrate a simulated recommender" in out  # the demo's one-line help
+
+
+def test_a_command_imports_only_its_own_module():
+    """``jaxcal demo`` does not import the studies of ``jaxcal reproduce`` (start-up time)."""
+    code = (
+        "import sys; from jaxcal.cli import build_parser; "
+        "args = build_parser('demo').parse_args(['demo', '--no-plots']); "
+        "print(args.command, 'jaxcal.reproduce' in sys.modules, 'jaxcal.cli.reproduce' in "
+        "sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["demo", "False", "False"]
 
 
 def test_version(capsys):

@@ -1,4 +1,5 @@
-"""Every bad input named in the brief raises a clear ValueError."""
+"""Invalid inputs (NaN / inf scores, labels not 0/1, length mismatch, empty input, one
+class, negative weights, propensities outside (0, 1]) raise a clear ValueError."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "fit_bayes": "jaxcal.bayes.inference",
         "fit_bayes_batch": "jaxcal.bayes.inference",
-        "nuts_chains": "jaxcal.bayes.inference",
+        "nuts_chains": "jaxcal.bayes._sampling",
         "Posterior": "jaxcal.bayes.posterior",
         "fit_hierarchical": "jaxcal.bayes.hierarchical",
         "HierarchicalPosterior": "jaxcal.bayes.hierarchical",
@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "default_prior": "jaxcal.bayes.linear",
         "linear_logit_model": "jaxcal.bayes.linear",
         "fit_scoremodel_bayes": "jaxcal.bayes.scoremodel",
-        "ScoreModelPosterior": "jaxcal.bayes.scoremodel",
+        "ScoreModelPosterior": "jaxcal.bayes.scoremodel_posterior",
         "scoremodel_bayes_model": "jaxcal.bayes.scoremodel",
     },
 )

@@ -41,24 +41,23 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
-import jaxcal.debias.losses  # noqa: F401
 from jaxcal import _shapes
+from jaxcal._fitdata import maybe_check_scores, prepare_fit
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups
-from jaxcal.bayes.inference import (
+from jaxcal.bayes._sampling import (
     INIT_RADIUS,
-    _check_key,
-    _positive_int,
-    family_of,
+    check_key,
     key_from_parts,
     key_parts,
     nuts_model_draws,
     padded_data,
+    positive_int,
 )
+from jaxcal.bayes.inference import family_of
 from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
 from jaxcal.bayes.posterior import Posterior, split_bounds
-from jaxcal.calibrators._base import maybe_check_scores, prepare_fit
 
 __all__ = ["fit_hierarchical", "hierarchical_model", "HierarchicalPosterior"]
 
@@ -259,7 +258,7 @@ def fit_hierarchical(
             ``jaxcal.GaussianCalibration()``, ...) or its family.
         scores, labels: ``[n]`` training data of all groups.
         group: ``[n]`` integer group ids (users, segments, fields).
-        sample_weight, propensity, loss: as in the point fit (``jaxcal.debias.losses``).
+        sample_weight, propensity, loss: as in the point fit (``jaxcal.losses``).
         key: PRNG key (keyword-only, required).
         num_samples, num_warmup, num_chains, target_accept_prob, max_tree_depth: NUTS.
 
@@ -281,12 +280,12 @@ def fit_hierarchical(
     if not 0.0 < float(target_accept_prob) < 1.0:
         raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
     cfg = (
-        _positive_int(num_chains, "num_chains"),
-        _positive_int(num_warmup, "num_warmup", 0),
-        _positive_int(num_samples, "num_samples"),
-        _positive_int(max_tree_depth, "max_tree_depth"),
+        positive_int(num_chains, "num_chains"),
+        positive_int(num_warmup, "num_warmup", 0),
+        positive_int(num_samples, "num_samples"),
+        positive_int(max_tree_depth, "max_tree_depth"),
     )
-    key = _check_key(key)
+    key = check_key(key)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
     # padded entries (shape policy): a valid score of group row 0 with weight 0
     arrays = (data.scores, data.targets, data.weights, rows)

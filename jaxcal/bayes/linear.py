@@ -1,6 +1,6 @@
 r"""The NumPyro model of a linear-logit calibration family, monotone by construction.
 
-Every parametric calibrator in jaxcal is a linear-logit family (``jaxcal.calibrators._linear``):
+Every parametric calibrator in jaxcal is a linear-logit family (``jaxcal.families.linear``):
 :math:`z = \phi(s)^\top\theta`, monotone on the training range iff :math:`u = M\,\theta_{\rm
 slopes} \ge 0`. With :math:`G = \Phi_{\rm slopes} M^{-1}` (one *basis function* per
 constraint) the logit is
@@ -33,7 +33,7 @@ in (0.00005, 0.99995) are plausible a priori. Replace them with ``prior={"slope"
 :math:`[0, \infty)` so that monotonicity is kept).
 
 **Likelihood.** With the loss weighting's targets and weights :math:`(t, w)`
-(``jaxcal.debias.losses``) the log-likelihood is the negative weighted logistic loss,
+(``jaxcal.losses``) the log-likelihood is the negative weighted logistic loss,
 
 .. math::  \log p(t \mid \theta) = -\sum_i w_i\,[\operatorname{softplus}(z_i) - t_i z_i],
 
@@ -56,7 +56,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from jaxcal.calibrators._linear import LinearLogitFamily, ScoreRange
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange
 
 __all__ = [
     "Design",

@@ -24,12 +24,12 @@ import numpy as np
 from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
-import jaxcal.debias.losses  # noqa: F401
 from jaxcal import _shapes
+from jaxcal._fitdata import maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.calibrators._base import maybe_check_scores
-from jaxcal.calibrators._linear import LinearLogitFamily, ScoreRange
+from jaxcal._validation import check_labels, check_sample_weight, check_scores
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange
 from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
 
 __all__ = ["Posterior"]
@@ -109,7 +109,7 @@ class Posterior:
     Attributes:
         theta: ``[..., chains, samples, p]`` draws of the coefficients (names:
             ``family.param_names``); leading dimensions are batch dimensions.
-        context: the training :class:`~jaxcal.calibrators._linear.ScoreRange` (leaves
+        context: the training :class:`~jaxcal.families.linear.ScoreRange` (leaves
             ``[...]``).
         stats: sampler statistics: NUTS ``diverging``, ``num_steps``, ``accept_prob``
             (``[..., chains, samples]``); SVI ``loss`` (``[..., num_steps]``, the negative
@@ -229,8 +229,6 @@ class Posterior:
             ``[chains * samples]`` ECE draws (one problem; batched posteriors take
             ``batch_shape + (m,)`` test arrays).
         """
-        from jaxcal._validation import check_labels, check_sample_weight, check_scores
-
         edges = jnp.asarray(bin_edges(n_bins=n_bins), self.theta.dtype)
         if self.batch_shape:
             s = np.asarray(scores, np.float64)

@@ -1,75 +1,73 @@
 """The calibrator contract shared by every calibrator in jaxcal.
 
-* A *calibrator* is a frozen dataclass of hyperparameters (the thin estimator shell):
-  ``fitted = Cal(...).fit(scores, labels, *, sample_weight=None, propensity=None,
-  loss="naive")``. ``fit`` validates eagerly (``prepare_fit``), then calls the jitted core.
-* A *fitted calibrator* is an immutable pytree (``@pytree_dataclass``), usable inside
-  ``jit``: ``fitted.predict(scores) -> probabilities``, ``fitted.save(path)``, and
-  ``jaxcal.load(path)`` returns an equal object.
+* A *calibrator* (:class:`Calibrator`) is a frozen dataclass of hyperparameters, the thin
+  estimator shell: ``fitted = Cal(...).fit(scores, labels, *, sample_weight=None,
+  propensity=None, loss="naive")``. ``fit`` checks the hyperparameters and the data eagerly
+  (``jaxcal._fitdata.prepare_fit``), then calls the calibrator's jitted core (``_fit``).
+* A *fitted calibrator* (:class:`FittedCalibrator`) is an immutable pytree
+  (``@pytree_dataclass``), usable inside ``jit``: ``fitted.predict(scores) ->
+  probabilities``, ``fitted.save(path)``, and ``jaxcal.load(path)`` returns an equal object.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._validation import (
-    check_fit_inputs,
-    check_propensity,
-    check_scores,
-    check_two_classes,
-)
-from jaxcal.debias.losses import check_loss, loss_targets_weights
+from jaxcal._fitdata import FitData, prepare_fit
 
-__all__ = ["FitData", "prepare_fit", "maybe_check_scores", "FittedCalibrator"]
+__all__ = ["Calibrator", "FittedCalibrator"]
 
 
-class FitData(NamedTuple):
-    """Validated float64 inputs of one calibration problem.
+class Calibrator:
+    """Base class of the calibrators: the one ``fit`` of a single calibration problem.
 
-    ``targets`` and ``weights`` already encode the loss weighting: the objective is
-    ``sum(weights * (softplus(z) - targets * z))`` (see ``jaxcal.debias.losses``).
+    Subclasses implement ``_fit(data: FitData) -> FittedCalibrator`` (the validated,
+    loss-weighted data of :func:`jaxcal._fitdata.prepare_fit`) and, if they have
+    hyperparameters to check, ``_check_hyperparameters()``.
     """
 
-    scores: np.ndarray
-    labels: np.ndarray
-    targets: np.ndarray
-    weights: np.ndarray
+    def fit(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        sample_weight: ArrayLike | None = None,
+        propensity: ArrayLike | None = None,
+        loss: str = "naive",
+    ) -> Any:
+        """Fit the calibration map on one problem.
 
+        Args:
+            scores: ``[n]`` finite scores (the calibrator's domain: see its class).
+            labels: ``[n]`` 0/1 labels (clicks, or relevance).
+            sample_weight: optional ``[n]`` non-negative weights (default ones).
+            propensity: optional ``[n]`` propensities in (0, 1], needed unless
+                ``loss="naive"``.
+            loss: the loss weighting (:mod:`jaxcal.losses`): ``"naive"``, ``"ips"``,
+                ``"ips_positive"`` or ``"snips"``.
 
-def prepare_fit(
-    scores: ArrayLike,
-    labels: ArrayLike,
-    *,
-    sample_weight: ArrayLike | None = None,
-    propensity: ArrayLike | None = None,
-    loss: str = "naive",
-) -> FitData:
-    """Validate a single calibration problem and apply the loss weighting (eagerly)."""
-    s, y, v = check_fit_inputs(scores, labels, sample_weight)
-    check_loss(loss, propensity)
-    if loss == "naive" and propensity is None:  # t = Y, w = v, without a device round trip
-        return FitData(s, y, y, v)
-    omega = None if propensity is None else check_propensity(propensity, s.shape[0])
-    t, w = loss_targets_weights(y, propensity=omega, sample_weight=v, loss=loss)
-    t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
-    check_two_classes(y, w)
-    return FitData(s, y, t, w)
+        Returns:
+            The fitted calibrator: an immutable pytree with ``predict(scores)``.
 
+        Raises:
+            ValueError: invalid hyperparameters, or invalid data (non-finite scores, labels
+                not 0/1, a length mismatch, negative weights, propensities outside (0, 1],
+                a single class), before anything is compiled.
+        """
+        self._check_hyperparameters()
+        data = prepare_fit(
+            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+        )
+        return self._fit(data)
 
-def maybe_check_scores(scores: ArrayLike) -> Any:
-    """Validate concrete scores for ``predict``; pass tracers through (inside ``jit``)."""
-    if isinstance(scores, jax.core.Tracer):
-        return scores
-    arr = np.asarray(scores)
-    if arr.ndim == 1:
-        return check_scores(arr)
-    if not np.isfinite(arr).all():
-        raise ValueError("scores contain non-finite values (NaN or inf).")
-    return arr
+    def _check_hyperparameters(self) -> None:
+        """Raise ``ValueError`` for invalid hyperparameters (default: nothing to check)."""
+
+    def _fit(self, data: FitData) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 class FittedCalibrator:

@@ -56,11 +56,11 @@ import numpy as np
 from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
-import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
 from jaxcal import _shapes
+from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators.histogram import step_map
 from jaxcal.calibrators.isotonic import cummax, cumsum
 
@@ -214,7 +214,7 @@ class FittedBBQ(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BBQ:
+class BBQ(Calibrator):
     """Bayesian Binning into Quantiles estimator (Naeini et al. 2015).
 
     Args:
@@ -229,20 +229,7 @@ class BBQ:
     equivalent_sample_size: float = 2.0
     score_scale: str = "auto"
 
-    def fit(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-    ) -> FittedBBQ:
-        """Score all binning models and store them with their posterior weights.
-
-        Raises:
-            ValueError: on bad inputs or hyperparameters.
-        """
+    def _check_hyperparameters(self) -> None:
         if not (np.isfinite(self.c) and self.c >= 1):
             raise ValueError(f"c must be >= 1; got {self.c!r}.")
         if not (np.isfinite(self.equivalent_sample_size) and self.equivalent_sample_size > 0):
@@ -253,9 +240,9 @@ class BBQ:
             raise ValueError(
                 f"score_scale must be 'auto', 'probability' or 'logit'; got {self.score_scale!r}."
             )
-        d = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
+
+    def _fit(self, d: FitData) -> FittedBBQ:
+        """Score all binning models and store them with their posterior weights."""
         in_unit = bool((d.scores >= 0).all() and (d.scores <= 1).all())
         if self.score_scale == "probability" and not in_unit:
             raise ValueError("score_scale='probability' needs scores in [0, 1].")

@@ -40,11 +40,9 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
-    LinearLogitFamily,
-    ScoreRange,
     coefficient,
-    family_dataclass,
 )
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange, family_dataclass
 
 __all__ = ["BetaCalibration", "FittedBeta", "BetaFamily"]
 

@@ -24,7 +24,18 @@ running ``logaddexp``). Because every model is a function of the same run scores
 average is linear, the ensemble is stored as one averaged value per run; prediction is the
 linear interpolation between run scores (constant beyond the ends), clipped to [0, 1].
 
-Implementation (jitted, ``O(n log n)``): after the sort, two ``lax.while_loop`` passes.
+Implementation. Where the default backend is a CPU and the compiled kernel of
+``jaxcal._native`` is available (``JAXCAL_NATIVE=0`` turns it off), both passes below run in
+one XLA FFI custom call (``jaxcal/_native/enir_cpu.cc``): the same algorithm, sequential and in
+double precision whatever the input dtype, with an indexed 4-ary heap in place of the
+tournament tree (the same merges in the same order), the pairs that are equal already
+merged at ``lambda = 0`` in one sweep, and each segment's least log-loss recorded when the
+segment ends. It gives the same models, the same scored models and the same averaged
+values to rounding (1e-12 in the float64 tests), in about 2 ms at ``n = 1e4`` where the JAX
+loops below take ~75 ms (each ``while_loop`` iteration costs a few microseconds on a CPU).
+``near_isotonic_regression`` uses the kernel's path in the same way. GPU and TPU programs
+run the pure-JAX passes (jitted, ``O(n log n)``): after the sort, two ``lax.while_loop``
+passes.
 
 1. *The path*, one merge per iteration in ``O(log R)``: the next merge is the root of a
    tournament tree over the adjacent pairs' collision lambdas; a merge changes only the
@@ -72,12 +83,13 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
 from jaxcal import _shapes
+from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
+from jaxcal._native import enir_cpu_available, enir_fit_cpu, near_isotonic_cpu
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._validation import check_sample_weight, check_scores
-from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators.isotonic import cummax, cumsum, knot_map, searchsorted
 
 __all__ = ["ENIR", "FittedENIR", "near_isotonic_regression"]
@@ -522,6 +534,24 @@ def _path_core(w, y, s1, s0, real):
 _average_core = jit(_average_path)
 
 
+@jit
+def _native_core(w, y, s1, s0, real, n_eff, eps):
+    """Both passes in the compiled CPU kernel (``jaxcal._native``): one custom call."""
+    return enir_fit_cpu(w, y, s1, s0, real, n_eff, eps)
+
+
+@jit
+def _near_isotonic_native(w, y, real, lam):
+    """``_near_isotonic_core`` in the compiled CPU kernel: one custom call."""
+    return near_isotonic_cpu(w, y, real, lam)
+
+
+def _use_kernel() -> bool:
+    """The compiled CPU kernel for a program compiled by an eager call (arrays on the
+    default device): where it is available and the default backend is a CPU."""
+    return jax.default_backend() == "cpu" and enir_cpu_available()
+
+
 @partial(jit, xla_defaults=True)  # the default emitters, as _path_core
 def _near_isotonic_core(w, y, real, lam):
     z = jnp.zeros_like(y)
@@ -560,7 +590,8 @@ def near_isotonic_regression(
     n = yv.shape[0]
     size = _shapes.padded_size(n)
     dtype = jnp.result_type(float)
-    out = _near_isotonic_core(
+    core = _near_isotonic_native if _use_kernel() else _near_isotonic_core
+    out = core(
         *(jax.device_put(np.asarray(_shapes.pad_axis(a, size), dtype)) for a in (w, yv)),
         np.arange(size) < n,
         np.asarray(lam, dtype),
@@ -591,7 +622,7 @@ class FittedENIR(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ENIR:
+class ENIR(Calibrator):
     """Ensemble of near-isotonic regressions (Naeini & Cooper 2016), BIC-weighted.
 
     Args:
@@ -600,35 +631,23 @@ class ENIR:
 
     eps: float = 1e-3
 
-    def fit(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-    ) -> FittedENIR:
-        """Trace the path and BIC-average its breakpoint models (jitted core); models whose
-        BIC bound puts their total weight below e^-40 of the best are skipped.
-
-        Raises:
-            ValueError: on bad inputs or ``eps`` outside (0, 0.5).
-        """
+    def _check_hyperparameters(self) -> None:
         if not (0.0 < self.eps < 0.5):
             raise ValueError(f"eps must lie in (0, 0.5); got {self.eps!r}.")
-        d = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
+
+    def _fit(self, d: FitData) -> FittedENIR:
+        """Trace the path and BIC-average its breakpoint models (the CPU kernel, or the
+        jitted JAX passes); models whose BIC bound puts their total weight below e^-40 of
+        the best are skipped."""
         xs, W, y, s1, s0, real = _runs_host(d.scores, d.targets, d.weights)
         dtype = jnp.result_type(float)
         runs = (*(jax.device_put(np.asarray(a, dtype)) for a in (W, y, s1, s0)), real)
-        acc, n_models, n_scored, _ = _average_core(
-            _path_core(*runs),
-            *runs,
-            np.asarray(np.sum(d.weights > 0), dtype),
-            np.asarray(self.eps, dtype),
-        )
+        n_eff = np.asarray(np.sum(d.weights > 0), dtype)
+        eps = np.asarray(self.eps, dtype)
+        if _use_kernel():
+            acc, n_models, n_scored, _ = _native_core(*runs, n_eff, eps)
+        else:
+            acc, n_models, n_scored, _ = _average_core(_path_core(*runs), *runs, n_eff, eps)
         return FittedENIR(
             knots_x=jax.device_put(np.asarray(xs, dtype)),
             knots_y=jax.device_put(np.clip(np.asarray(acc)[: xs.size], 0.0, 1.0)),

@@ -27,11 +27,10 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
-    LinearLogitFamily,
-    ScoreRange,
     coefficient,
-    family_dataclass,
 )
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange, family_dataclass
+from jaxcal.scoremodels.exponential import ExponentialScoreModel
 
 __all__ = ["ExponentialCalibration", "FittedExponential", "ExponentialFamily"]
 
@@ -55,8 +54,6 @@ class ExponentialFamily(LinearLogitFamily):
         return jnp.array([[1.0, 0.0]], dtype=jnp.result_type(ctx.lo, float))
 
     def generative(self, scores, targets, weights, ctx):
-        from jaxcal.scoremodels.exponential import ExponentialScoreModel
-
         model = ExponentialScoreModel()
         s = self.transform(scores, ctx)
         params = model.fit_weighted(s, weights * targets, weights * (1.0 - targets))

@@ -46,11 +46,10 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
-    LinearLogitFamily,
-    ScoreRange,
     coefficient,
-    family_dataclass,
 )
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange, family_dataclass
+from jaxcal.scoremodels.gamma import GammaScoreModel
 
 __all__ = ["GammaCalibration", "FittedGamma", "GammaFamily"]
 
@@ -116,8 +115,6 @@ class GammaFamily(LinearLogitFamily):
             )
 
     def generative(self, scores, targets, weights, ctx):
-        from jaxcal.scoremodels.gamma import GammaScoreModel
-
         model = GammaScoreModel()
         s = self.transform(scores, ctx)
         params = model.fit_weighted(s, weights * targets, weights * (1.0 - targets))

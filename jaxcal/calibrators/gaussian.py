@@ -8,7 +8,7 @@ unequal variances (``jaxcal.scoremodels.GaussianScoreModel``).
 * ``method="discriminative"`` (default): minimise the weighted logistic loss subject to
   :math:`2 a s_{\min} + b \ge 0` and :math:`2 a s_{\max} + b \ge 0` (the derivative is linear
   in :math:`s`, so this is exactly "non-decreasing on :math:`[s_{\min}, s_{\max}]`"), solved
-  exactly by ``jaxcal.calibrators._solver``.
+  exactly by ``jaxcal.fitting.solver``.
 * ``method="generative"``: weighted Gaussian MLE per class (weights :math:`w t` and
   :math:`w (1 - t)`) and the closed-form map; not constrained (``is_monotone()`` tells).
 
@@ -37,11 +37,10 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
-    LinearLogitFamily,
-    ScoreRange,
     coefficient,
-    family_dataclass,
 )
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange, family_dataclass
+from jaxcal.scoremodels.gaussian import GaussianScoreModel
 
 __all__ = ["GaussianCalibration", "FittedGaussian", "GaussianFamily"]
 
@@ -65,8 +64,6 @@ class GaussianFamily(LinearLogitFamily):
         return jnp.stack([jnp.stack([2 * lo, one, zero]), jnp.stack([2 * hi, one, zero])])
 
     def generative(self, scores, targets, weights, ctx):
-        from jaxcal.scoremodels.gaussian import GaussianScoreModel
-
         model = GaussianScoreModel()
         params = model.fit_weighted(scores, weights * targets, weights * (1.0 - targets))
         return model.calibration_map(params), jnp.int32(0), jnp.asarray(True)

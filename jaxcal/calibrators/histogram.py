@@ -7,7 +7,7 @@ tied sample can leave some bins empty). Bin :math:`b` predicts the weighted mean
 
 .. math::  \hat p_b = \frac{\sum_{i \in b} w_i t_i}{\sum_{i \in b} w_i}
 
-(clipped to [0, 1]; ``t``, ``w`` from the loss weighting, ``jaxcal.debias.losses``).
+(clipped to [0, 1]; ``t``, ``w`` from the loss weighting, ``jaxcal.losses``).
 
 **Empty-bin rule.** A bin with no training weight takes the value of the nearest non-empty
 bin (by bin index; a tie between left and right goes to the left one). Unlike a global
@@ -32,11 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
 from jaxcal import _shapes
+from jaxcal._fitdata import FitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators.isotonic import searchsorted
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
@@ -128,7 +128,7 @@ class FittedHistogram(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HistogramBinning:
+class HistogramBinning(Calibrator):
     """Histogram binning estimator.
 
     Args:
@@ -139,27 +139,14 @@ class HistogramBinning:
     n_bins: int = 15
     strategy: str = "quantile"
 
-    def fit(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-    ) -> FittedHistogram:
-        """Fit on one problem (validated eagerly, jitted core).
-
-        Raises:
-            ValueError: on bad inputs, ``n_bins < 1`` or an unknown ``strategy``.
-        """
+    def _check_hyperparameters(self) -> None:
         if not isinstance(self.n_bins, int | np.integer) or self.n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer; got {self.n_bins!r}.")
         if self.strategy not in _STRATEGIES:
             raise ValueError(f"strategy must be one of {_STRATEGIES}; got {self.strategy!r}.")
-        d = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
+
+    def _fit(self, d: FitData) -> FittedHistogram:
+        """Fit on one problem (validated eagerly, jitted core)."""
         n = d.scores.shape[0]
         padded = _shapes.pad_rows(
             _shapes.padded_size(n), d.scores, d.targets, d.weights, fills=(d.scores.max(), 0, 0)

@@ -7,7 +7,8 @@ Stable public signatures (other modules build on them; do not change):
     isotonic_regression(x, y, *, sample_weight=None, group=None, increasing=True,
                         y_min=None, y_max=None) -> jax.Array    # [n] fitted values
     IsotonicCalibration(*, increasing=True, interpolation="linear",
-                        rank_preserving=False, trim=0.0).fit(
+                        rank_preserving=False, trim=0.0, out_of_bounds="clip",
+                        y_min=None, y_max=None).fit(
         scores, labels, *, sample_weight=None, propensity=None, loss="naive")
         -> FittedIsotonic                                    # .predict(scores), .save(path)
 
@@ -25,16 +26,30 @@ solves the bounded problem exactly (the clipped isotonic solution is the bounded
 solution). Many independent problems (per field, per rank, per user) are one call with
 integer ``group`` ids; PAV never pools across groups.
 
+The fit does not depend on the scale of the weights: both PAV paths first divide them by
+``2**floor(log2(max w))``, exactly (``jaxcal._weights.normalize_weights``), so
+inverse-propensity weights of any size give the same fit as their rescaled copies; weights
+below ``2**-1022`` (float32: ``2**-126``) times the largest count as zero. Zero-weight
+points do not move the fit, and their fitted value is the fitted map's value at their
+score: the linear interpolation between the fitted values of the nearest points with
+weight (in the same group), constant beyond the first / last of them, which is what
+``IsotonicCalibration``'s ``predict`` (and scikit-learn's ``fit`` + ``transform``) give.
+Only equal scores are tied (``-0.0`` ties ``0.0``); scikit-learn also pools scores closer
+than its float resolution.
+
 ``IsotonicCalibration`` is the calibrator (Zadrozny & Elkan 2002): isotonic regression of the
-loss-weighting targets ``t`` with weights ``w`` (``jaxcal.debias.losses``; ``t = Y`` for the
+loss-weighting targets ``t`` with weights ``w`` (``jaxcal.losses``; ``t = Y`` for the
 naive loss, ``Y / omega`` for IPS), clipped to [0, 1]; optional trimming to
 ``[delta, 1 - delta]`` (Borisov et al. 2018 use ``delta = 0.01``). Prediction is the step
 function of the fitted blocks or the linear interpolation between block end points
 (scikit-learn's ``IsotonicRegression.predict``); scores outside the training range get the
-end values. ``rank_preserving=True`` uses centred isotonic regression (CIR, Oron & Flournoy
-2017): one knot per PAV block at the block's weighted mean score (the first and last block at
-the training minimum / maximum), linearly interpolated, so the map is *strictly* increasing
-on the training range and never ties two distinct scores there.
+end values (``out_of_bounds="clip"``), NaN (``"nan"``) or raise (``"raise"``).
+``increasing="auto"`` picks the direction by the sign of the (weighted) Spearman
+correlation of scores and targets (:func:`check_increasing`). ``rank_preserving=True`` uses
+centred isotonic regression (CIR, Oron & Flournoy 2017): one knot per PAV block at the
+block's weighted mean score (the first and last block at the training minimum / maximum),
+linearly interpolated, so the map is *strictly* increasing on the training range and never
+ties two distinct scores there.
 
 Example:
     >>> import jaxcal, numpy as np
@@ -50,6 +65,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -57,18 +74,26 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
 from jaxcal import _shapes
+from jaxcal._fitdata import FitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
-from jaxcal.calibrators._base import FittedCalibrator, maybe_check_scores, prepare_fit
+from jaxcal._weights import normalize_weights_host
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._pav import pav
 
-__all__ = ["isotonic_regression", "IsotonicCalibration", "FittedIsotonic", "isotonic_knots"]
+__all__ = [
+    "isotonic_regression",
+    "IsotonicCalibration",
+    "FittedIsotonic",
+    "isotonic_knots",
+    "check_increasing",
+]
 
 _INTERPOLATIONS = ("linear", "step")
+_OUT_OF_BOUNDS = ("clip", "nan", "raise")
 _UNROLL_STEPS = 5  # binary searches over fewer than 32 edges are unrolled (faster to compile)
 MIN_KNOTS = 1024  # knot tables of predict programs hold at least this many entries
 
@@ -119,6 +144,8 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: 
     """The fitted values only, clipped to ``[lo, hi]`` (XLA then drops the run-level
     outputs that ``isotonic_regression`` does not return: ~25% less time at 1e6 points).
     ``increasing`` and the bounds are traced, so they share one compilation per shape.
+    Both paths normalise the weights and give zero-weight points the interpolated map
+    between the clipped values of their neighbours (``jaxcal.calibrators._pav``).
 
     ``kernel``: ``"cpu"`` (the compiled sequential PAV of ``jaxcal._native``),
     ``"portable"`` (the merge tree) or ``"auto"`` (the kernel in programs compiled for a CPU,
@@ -126,11 +153,10 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: 
     u = jnp.where(increasing, x, -x)
     g = group if has_group else None
 
-    def portable(u, y, w, g):
-        return pav(u, y, w, g).fitted
+    def portable(u, y, w, g, lo, hi):
+        return pav(u, y, w, g, lo, hi).fitted
 
-    fitted = _pav_or_kernel(kernel, pav_fitted_cpu, portable, u, y, w, g)
-    return jnp.clip(fitted, lo, hi)
+    return _pav_or_kernel(kernel, pav_fitted_cpu, portable, u, y, w, g, lo, hi)
 
 
 @functools.partial(jit, static_argnames=("kernel",))
@@ -181,15 +207,23 @@ def isotonic_regression(
     Args:
         x: ``[n]`` finite scores.
         y: ``[n]`` finite targets (any real values, e.g. 0/1 labels or IPS targets).
-        sample_weight: ``[n]`` non-negative weights (default ones). Zero-weight points do not
-            influence the fit and receive the value of an adjacent block.
+        sample_weight: ``[n]`` non-negative weights (default ones). Only their ratios matter
+            (the fit is invariant to multiplying them all by a positive constant; weights
+            below ``2**-1022``, float32 ``2**-126``, times the largest count as zero).
+            Zero-weight points do not influence the fit; their fitted value is the fitted
+            map's value at their score: the linear interpolation between the fitted values
+            of the nearest points with weight in their group, constant beyond the first and
+            last of them (as ``IsotonicCalibration(...).fit(...).predict`` and
+            scikit-learn's ``fit`` + ``transform``), 0 in a group without weight.
         group: ``[n]`` integer group ids (any integers); PAV never pools across groups.
         increasing: fit a non-decreasing (True) or non-increasing (False) function.
-        y_min: optional lower bound on the fitted values.
-        y_max: optional upper bound on the fitted values.
+        y_min: optional lower bound on the fitted values (a scalar or one per point).
+        y_max: optional upper bound on the fitted values (a scalar or one per point).
 
     Returns:
-        ``[n]`` fitted values, in the order of the inputs.
+        ``[n]`` fitted values, in the order of the inputs: float32 when ``x`` is float32
+        (with or without x64, as inside ``jit``, where ``y`` takes ``x``'s dtype), else
+        JAX's default float dtype.
 
     Raises:
         ValueError: on non-finite / empty / mismatched inputs, negative weights, non-integer
@@ -222,12 +256,14 @@ def isotonic_regression(
             has_group=has_group,
             kernel="auto" if native else "portable",
         )
+    float32_in = _is_float32(x)
     x = check_scores(x, name="x")
     n = x.shape[0]
     y = check_scores(y, name="y")
     if y.shape[0] != n:
         raise ValueError(f"length mismatch: {n} x values but {y.shape[0]} y values.")
-    w = check_sample_weight(sample_weight, n)
+    # normalised on the host too: a cast to float32 (x64 off) would flush or overflow them
+    w = normalize_weights_host(check_sample_weight(sample_weight, n))
     if group is not None:
         group = check_groups(group, n)
     size = _shapes.padded_size(n)
@@ -244,7 +280,13 @@ def isotonic_regression(
         has_group=has_group,
         kernel=eager_kernel(native),
     )
-    return _shapes.unpad(out, n)
+    host = np.asarray(out)[:n]  # sliced (and cast) on the host: no program per size
+    return jax.device_put(host.astype(np.float32) if float32_in else host)
+
+
+def _is_float32(a) -> bool:
+    """Whether an input array (NumPy, JAX or a tracer) is float32; lists are not."""
+    return getattr(a, "dtype", None) == np.float32
 
 
 def _bound(v, default: float, n: int, size: int, dtype):
@@ -272,10 +314,14 @@ def isotonic_knots(
     weighted mean score with the first / last block at the data minimum / maximum (CIR).
     ``u`` is strictly increasing and ``v`` non-decreasing.
     """
-    keep = w > 0  # as scikit-learn: zero-weight points neither move the fit nor add knots
+    dtype = jnp.result_type(float)
+    # only the ratios of the weights matter (normalised, as inside the PAV); as in
+    # scikit-learn, zero-weight points (and those below the dtype's smallest normal number
+    # after normalising, which PAV treats as zero) neither move the fit nor add knots
+    w = normalize_weights_host(np.asarray(w, np.float64))
+    keep = w >= np.finfo(dtype).tiny
     x, y, w = x[keep], y[keep], w[keep]
     x, y, w, _ = _pad_top(x, y, w, None, _shapes.padded_size(x.shape[0]), increasing)
-    dtype = jnp.result_type(float)
     run_x, run_w, run_v, run_start, n_runs = jax.device_get(
         pav_runs(
             *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),
@@ -384,13 +430,28 @@ def padded_knots(*arrays) -> list:
     return [_shapes.pad_axis(a, size, a[-1]) for a in host]
 
 
-@functools.partial(jit, static_argnames=("increasing", "interpolation"))
-def _knot_map_core(scores, knots_x, knots_y, *, increasing: bool, interpolation: str):
+@functools.partial(
+    jit, static_argnames=("increasing", "interpolation", "out_of_bounds", "float32_out")
+)
+def _knot_map_core(
+    scores,
+    knots_x,
+    knots_y,
+    *,
+    increasing: bool,
+    interpolation: str,
+    out_of_bounds: str,
+    float32_out: bool,
+):
     u = (scores if increasing else -scores).astype(knots_x.dtype)
     if interpolation == "linear":
-        return interpolate(u, knots_x, knots_y)
-    idx = searchsorted(knots_x, u) - 1
-    return knots_y[jnp.clip(idx, 0, knots_x.shape[0] - 1)]
+        f = interpolate(u, knots_x, knots_y)
+    else:
+        idx = searchsorted(knots_x, u) - 1
+        f = knots_y[jnp.clip(idx, 0, knots_x.shape[0] - 1)]
+    if out_of_bounds != "clip":  # "nan"; "raise" has raised eagerly, or gives NaN in jit
+        f = jnp.where((u < knots_x[0]) | (u > knots_x[-1]), jnp.nan, f)
+    return f.astype(jnp.float32) if float32_out else f
 
 
 def knot_map(
@@ -400,18 +461,48 @@ def knot_map(
     *,
     increasing: bool = True,
     interpolation: str = "linear",
+    out_of_bounds: str = "clip",
+    float32_out: bool = False,
 ) -> jax.Array:
     """A monotone map through knots at validated ``scores`` (any shape): linear between the
     knots (:func:`interpolate`) or the value of the last knot at or below the score
     (``"step"``), in ``u = s`` (or ``-s`` when not ``increasing``). One jitted program on
     scores and knots padded to their bucket sizes (shared by every calibrator whose map is
-    given by knots); traced inputs (inside a caller's ``jit``) go straight through."""
+    given by knots); traced inputs (inside a caller's ``jit``) go straight through.
+
+    Scores beyond the first / last knot get the end values (``out_of_bounds="clip"``), NaN
+    (``"nan"``), or raise ``ValueError`` (``"raise"``; NaN for traced scores, which cannot
+    raise). ``float32_out`` rounds the result to float32."""
     s = maybe_check_scores(scores)
-    core = functools.partial(_knot_map_core, increasing=increasing, interpolation=interpolation)
+    if out_of_bounds == "raise" and not _shapes.is_traced(s, knots_x):
+        _check_in_range(s, knots_x, increasing)
+    core = functools.partial(
+        _knot_map_core,
+        increasing=increasing,
+        interpolation=interpolation,
+        out_of_bounds=out_of_bounds,
+        float32_out=bool(float32_out),
+    )
     if _shapes.is_traced(s, knots_x, knots_y):
         return core(jnp.asarray(s), knots_x, knots_y)
     kx, ky = padded_knots(knots_x, knots_y)
     return _shapes.map_padded(lambda u: core(u, kx, ky), s)
+
+
+def _check_in_range(s, knots_x, increasing: bool) -> None:
+    """``ValueError`` if a concrete score lies outside the knots' range (in score space)."""
+    kx = np.asarray(knots_x)
+    lo, hi = (kx[0], kx[-1]) if increasing else (-kx[-1], -kx[0])
+    flat = np.asarray(s).reshape(-1)
+    bad = (flat < lo) | (flat > hi)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        side = "below" if flat[i] < lo else "above"
+        raise ValueError(
+            f"scores hold {int(bad.sum())} value(s) outside the training range "
+            f"[{lo:.6g}, {hi:.6g}] (out_of_bounds='raise'): the first, {flat[i]:.6g} at index "
+            f"{i}, is {side} it. Use out_of_bounds='clip' or 'nan' to predict there."
+        )
 
 
 @pytree_dataclass
@@ -422,24 +513,37 @@ class FittedIsotonic(FittedCalibrator):
         knots_x: ``[K]`` strictly increasing knot positions in ``u`` = ``s`` (or ``-s`` when
             ``increasing=False``).
         knots_y: ``[K]`` non-decreasing probabilities at the knots (clipped / trimmed).
-        increasing: whether the map is non-decreasing in the score.
+        increasing: whether the map is non-decreasing in the score (``"auto"`` resolved).
         interpolation: ``"linear"`` (between knots) or ``"step"`` (value of the last knot at
             or below the score).
+        out_of_bounds: scores outside the training range (the first and last knot) get the
+            end values (``"clip"``), NaN (``"nan"``) or raise ``ValueError`` (``"raise"``;
+            inside ``jit`` they get NaN).
     """
 
     knots_x: jax.Array
     knots_y: jax.Array
     increasing: bool = static_field(default=True)
     interpolation: str = static_field(default="linear")
+    out_of_bounds: str = static_field(default="clip")
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Calibrated probabilities; scores outside the knots get the end values."""
+        """Calibrated probabilities (any shape of ``scores``; float32 when the scores are
+        float32, else the knots' dtype). Scores outside the training range: see
+        ``out_of_bounds``.
+
+        Raises:
+            ValueError: on non-finite scores, or scores outside the training range with
+                ``out_of_bounds="raise"``.
+        """
         return knot_map(
             scores,
             self.knots_x,
             self.knots_y,
             increasing=self.increasing,
             interpolation=self.interpolation,
+            out_of_bounds=self.out_of_bounds,
+            float32_out=_is_float32(scores),
         )
 
     @property
@@ -448,18 +552,123 @@ class FittedIsotonic(FittedCalibrator):
         return int(np.unique(np.asarray(self.knots_y)).size)
 
 
+def _weighted_ranks(v: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Mid-ranks in cumulative weight: the weight below ``v_i`` plus half the weight tied
+    with it (for equal weights, the usual mid-ranks less 1/2, which no correlation sees)."""
+    _, inv = np.unique(v, return_inverse=True)
+    total = np.bincount(inv, w)
+    return (np.cumsum(total) - total / 2)[inv]
+
+
+def check_increasing(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> bool:
+    """Whether ``y`` increases with ``x``: the sign of their Spearman correlation.
+
+    scikit-learn's ``check_increasing`` with weights: the weighted Pearson correlation of
+    the weighted mid-ranks (each point's rank is the weight below it plus half the weight
+    tied with it), which for equal weights is the Spearman correlation. ``rho >= 0`` means
+    increasing, and so does an undefined ``rho`` (``x`` or ``y`` constant: both directions
+    fit the same constant; scikit-learn returns False there). As in scikit-learn, a
+    ``UserWarning`` says when the 95% confidence interval of ``rho`` from the Fisher
+    transform (standard error ``1 / sqrt(n - 3)``) spans zero, with ``n`` the effective
+    sample size ``(sum w)^2 / sum w^2`` (the number of points for equal weights; checked
+    when ``n > 3`` and ``|rho| < 1``). Zero-weight points do not count.
+
+    Args:
+        x: ``[n]`` finite scores.
+        y: ``[n]`` finite targets.
+        sample_weight: ``[n]`` non-negative weights (default ones).
+
+    Returns:
+        True for an increasing relation, False for a decreasing one.
+
+    Raises:
+        ValueError: on non-finite, empty or mismatched inputs, or bad weights.
+    """
+    xv = check_scores(x, name="x")
+    yv = check_scores(y, name="y")
+    if yv.shape[0] != xv.shape[0]:
+        raise ValueError(f"length mismatch: {xv.shape[0]} x values but {yv.shape[0]} y values.")
+    w = normalize_weights_host(check_sample_weight(sample_weight, xv.shape[0]))
+    keep = w > 0
+    xv, yv, w = xv[keep], yv[keep], w[keep]
+    rx, ry = _weighted_ranks(xv, w), _weighted_ranks(yv, w)
+    total = w.sum()
+    dx = rx - np.dot(w, rx) / total
+    dy = ry - np.dot(w, ry) / total
+    sxx, syy = np.dot(w, dx * dx), np.dot(w, dy * dy)
+    if not (sxx > 0 and syy > 0):
+        return True
+    rho = float(np.clip(np.dot(w, dx * dy) / math.sqrt(sxx * syy), -1.0, 1.0))
+    n_eff = total**2 / np.dot(w, w)
+    if abs(rho) < 1.0 and n_eff > 3:
+        f = math.atanh(rho)
+        se = 1.0 / math.sqrt(n_eff - 3)
+        lo, hi = math.tanh(f - 1.96 * se), math.tanh(f + 1.96 * se)
+        if np.sign(lo) != np.sign(hi):
+            warnings.warn(
+                f"the 95% confidence interval [{lo:.3g}, {hi:.3g}] of the Spearman "
+                f"correlation ({rho:.3g}) spans zero, so increasing='auto' may have picked "
+                f"the wrong direction (increasing={rho >= 0}); pass increasing=True or False.",
+                UserWarning,
+                stacklevel=2,
+            )
+    return rho >= 0
+
+
+def isotonic_map(
+    scores: np.ndarray,
+    targets: np.ndarray,
+    weights: np.ndarray,
+    *,
+    increasing: bool | str = True,
+    interpolation: str = "linear",
+    rank_preserving: bool = False,
+    out_of_bounds: str = "clip",
+    lo: float = -np.inf,
+    hi: float = np.inf,
+) -> FittedIsotonic:
+    """The fitted isotonic map of real-valued ``targets`` (validated float64 host arrays),
+    knots clipped to ``[lo, hi]``: ``IsotonicCalibration.fit`` after its input checks and
+    loss weighting (which then clips to probabilities). ``increasing="auto"`` is resolved
+    here (:func:`check_increasing`)."""
+    if isinstance(increasing, str):
+        increasing = check_increasing(scores, targets, weights)
+    u, v = isotonic_knots(
+        scores, targets, weights, increasing=bool(increasing), centred=rank_preserving
+    )
+    v = np.clip(v, lo, hi)
+    dtype = jnp.result_type(float)
+    return FittedIsotonic(
+        knots_x=jax.device_put(np.asarray(u, dtype)),
+        knots_y=jax.device_put(np.asarray(v, dtype)),
+        increasing=bool(increasing),
+        interpolation=interpolation,
+        out_of_bounds=out_of_bounds,
+    )
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class IsotonicCalibration:
+class IsotonicCalibration(Calibrator):
     """Isotonic-regression calibration (Zadrozny & Elkan 2002), exact weighted PAV in JAX.
 
     Args:
-        increasing: map non-decreasing (True) or non-increasing (False) in the score.
+        increasing: map non-decreasing (True) or non-increasing (False) in the score, or
+            ``"auto"``: the sign of the weighted Spearman correlation of scores and targets
+            (:func:`check_increasing`; warns when its confidence interval spans zero).
         interpolation: ``"linear"`` (scikit-learn's prediction) or ``"step"``.
         rank_preserving: centred isotonic regression (Oron & Flournoy 2017): strictly
             increasing on the training range, so no two distinct scores in it are tied. Its
             training-point fit is no longer the least-squares optimum.
         trim: clip probabilities to ``[trim, 1 - trim]`` (0 = only to [0, 1]); Borisov et
             al. (2018) use 0.01 so that log-likelihoods stay finite.
+        out_of_bounds: what ``predict`` does with scores outside the training range (of the
+            points with positive weight): ``"clip"`` (the end values; the default),
+            ``"nan"`` or ``"raise"`` (``ValueError``; NaN inside ``jit``). scikit-learn's
+            default is ``"nan"``.
+        y_min: optional lower bound of the probabilities (with ``trim`` and 0, the
+            largest applies).
+        y_max: optional upper bound of the probabilities (with ``1 - trim`` and 1, the
+            smallest applies).
 
     Example:
         >>> import jaxcal, numpy as np
@@ -468,14 +677,29 @@ class IsotonicCalibration:
         Array([0. , 0.5, 0.5, 1. ], dtype=float32)
     """
 
-    increasing: bool = True
+    increasing: bool | str = True
     interpolation: str = "linear"
     rank_preserving: bool = False
     trim: float = 0.0
+    out_of_bounds: str = "clip"
+    y_min: float | None = None
+    y_max: float | None = None
 
-    def _check_hyper(self) -> None:
-        if not isinstance(self.increasing, bool | np.bool_):
-            raise ValueError(f"increasing must be True or False; got {self.increasing!r}.")
+    def _bounds(self) -> tuple[float, float]:
+        """The probability range ``[lo, hi]`` of the knots (checked non-empty)."""
+        lo = max(float(self.trim), -np.inf if self.y_min is None else float(self.y_min))
+        hi = min(1.0 - float(self.trim), np.inf if self.y_max is None else float(self.y_max))
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+        if lo > hi:
+            raise ValueError(
+                f"y_min={self.y_min!r}, y_max={self.y_max!r} and trim={self.trim!r} leave no "
+                f"probability: the bounds are [{lo:.6g}, {hi:.6g}]."
+            )
+        return lo, hi
+
+    def _check_hyperparameters(self) -> None:
+        if not (isinstance(self.increasing, bool | np.bool_) or self.increasing == "auto"):
+            raise ValueError(f"increasing must be True, False or 'auto'; got {self.increasing!r}.")
         if self.interpolation not in _INTERPOLATIONS:
             raise ValueError(
                 f"interpolation must be one of {_INTERPOLATIONS}; got {self.interpolation!r}."
@@ -486,48 +710,33 @@ class IsotonicCalibration:
             raise ValueError(
                 "rank_preserving=True needs interpolation='linear' (a step map ties scores)."
             )
+        if self.out_of_bounds not in _OUT_OF_BOUNDS:
+            raise ValueError(
+                f"out_of_bounds must be one of {_OUT_OF_BOUNDS}; got {self.out_of_bounds!r}."
+            )
+        for name in ("y_min", "y_max"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool)
+                or not isinstance(v, int | float | np.number)
+                or not np.isfinite(v)
+            ):
+                raise ValueError(f"{name} must be a finite number or None; got {v!r}.")
+        if self.y_min is not None and self.y_max is not None and self.y_min > self.y_max:
+            raise ValueError(f"y_min must be <= y_max; got {self.y_min!r} > {self.y_max!r}.")
 
-    def fit(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-    ) -> FittedIsotonic:
-        """Fit on one problem (validated eagerly; PAV runs jitted).
-
-        Args:
-            scores: ``[n]`` finite scores.
-            labels: ``[n]`` 0/1 labels.
-            sample_weight: ``[n]`` non-negative weights.
-            propensity: ``[n]`` propensities in (0, 1] for the IPS-type losses.
-            loss: loss weighting (``jaxcal.debias.losses``): targets ``t`` and weights ``w``
-                of the isotonic regression.
-
-        Returns:
-            A :class:`FittedIsotonic`.
-
-        Raises:
-            ValueError: on bad inputs or hyperparameters.
-        """
-        self._check_hyper()
-        d = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
-        u, v = isotonic_knots(
+    def _fit(self, d: FitData) -> FittedIsotonic:
+        """PAV of the loss-weighting targets ``t`` with weights ``w`` (only their ratios
+        matter), jitted; the map's knots."""
+        lo, hi = self._bounds()
+        return isotonic_map(
             d.scores,
             d.targets,
             d.weights,
-            increasing=bool(self.increasing),
-            centred=self.rank_preserving,
-        )
-        v = np.clip(v, self.trim, 1.0 - self.trim)
-        dtype = jnp.result_type(float)
-        return FittedIsotonic(
-            knots_x=jax.device_put(np.asarray(u, dtype)),
-            knots_y=jax.device_put(np.asarray(v, dtype)),
-            increasing=bool(self.increasing),
+            increasing=self.increasing,
             interpolation=self.interpolation,
+            rank_preserving=self.rank_preserving,
+            out_of_bounds=self.out_of_bounds,
+            lo=lo,
+            hi=hi,
         )

@@ -22,7 +22,7 @@ fields :math:`x = (x_1, \dots, x_F)` is
   value (without it, dead units floor the offset of extreme field values; we saw a true
   offset of -1 recovered as -0.55).
 
-The loss is the weighted log-loss of ``jaxcal.debias.losses`` (so ``propensity=`` / ``loss=``
+The loss is the weighted log-loss of ``jaxcal.losses`` (so ``propensity=`` / ``loss=``
 work as for every calibrator) plus the isotonic penalty and ``l2 / 2`` times the squared
 norm of the field network's parameters, minimised by Adam with a cosine-decayed learning
 rate, full batch or minibatch, in one ``lax.scan``.
@@ -46,18 +46,27 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.typing import ArrayLike
-from numpyro.distributions import biject_to, constraints
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
-import jaxcal.debias.losses  # noqa: F401
 from jaxcal import _shapes
+from jaxcal._fitdata import prepare_fit
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_1d, check_scores
-from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
-from jaxcal.calibrators.isotonic import padded_knots, searchsorted
+from jaxcal.calibrators._base import FittedCalibrator
+from jaxcal.calibrators._neural_core import (
+    MONOTONE,
+    SCORE_TYPES,
+    field_mlp,
+    init_params,
+    piecewise_linear,
+    to_logit,
+    to_logit_host,
+    train,
+    training_loss,
+)
+from jaxcal.calibrators.isotonic import padded_knots
 
 __all__ = [
     "NeuralCalibration",
@@ -66,204 +75,6 @@ __all__ = [
     "field_mlp",
     "objective",
 ]
-
-MONOTONE = ("penalty", "hard")
-SCORE_TYPES = ("logit", "probability")
-
-
-# --------------------------------------------------------------------------- pure core
-
-
-def piecewise_linear(logits: jax.Array, knots: jax.Array, values: jax.Array) -> jax.Array:
-    """Linear interpolation of ``values`` at ``knots``, constant beyond the end knots.
-
-    A logit at a knot is interpolated from the segment on its left, so copies of the last
-    knot appended as padding (``knots[K:] == knots[K - 1]``) are never reached: their
-    values do not matter."""
-    knots, values = jnp.asarray(knots), jnp.asarray(values)
-    lo = jnp.clip(logits, knots[0], knots[-1])
-    k = jnp.clip(searchsorted(knots, lo, side="left") - 1, 0, knots.shape[0] - 2)
-    a0, a1 = knots[k], knots[k + 1]
-    frac = (lo - a0) / (a1 - a0)
-    return values[k] + frac * (values[k + 1] - values[k])
-
-
-def field_mlp(
-    fields: jax.Array,
-    embeddings: jax.Array,
-    offsets: jax.Array,
-    linear: jax.Array,
-    weights: tuple[jax.Array, ...],
-    biases: tuple[jax.Array, ...],
-) -> jax.Array:
-    """``g(x) = v . e(x) + MLP(e(x))``: embed, concatenate, linear skip + ReLU MLP -> ``[n]``."""
-    emb = embeddings[fields + offsets]  # [n, F, d]
-    e = emb.reshape(emb.shape[0], -1)
-    h = e
-    for w, b in zip(weights[:-1], biases, strict=True):
-        h = jax.nn.relu(h @ w + b)
-    return e @ linear + (h @ weights[-1])[:, 0]
-
-
-def _to_logit(scores: jax.Array, score_type: str) -> jax.Array:
-    if score_type == "logit":
-        return scores
-    tiny = jnp.finfo(jnp.result_type(scores, float)).eps
-    p = jnp.clip(scores, tiny, 1 - tiny)
-    return jnp.log(p) - jnp.log1p(-p)
-
-
-def _to_logit_host(scores: np.ndarray, score_type: str, dtype) -> np.ndarray:
-    """:func:`_to_logit` in NumPy, for the eager shell (no program per data size)."""
-    s = np.asarray(scores, dtype)
-    if score_type == "logit":
-        return s
-    tiny = np.finfo(dtype).eps
-    p = np.clip(s, tiny, 1 - tiny)
-    return np.log(p) - np.log1p(-p)
-
-
-def _values(u: jax.Array, monotone: str) -> jax.Array:
-    if monotone == "hard":
-        return biject_to(constraints.ordered_vector)(u)
-    return u
-
-
-def _values_inverse(b: jax.Array, monotone: str) -> jax.Array:
-    if monotone == "hard":
-        return biject_to(constraints.ordered_vector).inv(b)
-    return b
-
-
-def _logit_q(params, logits, fields, knots, offsets, monotone):
-    eta = piecewise_linear(logits, knots, _values(params["u"], monotone))
-    if fields is None:
-        return eta
-    g = field_mlp(
-        fields, params["emb"], offsets, params["linear"], params["weights"], params["biases"]
-    )
-    return eta + g
-
-
-def _objective(params, logits, fields, t, w, knots, offsets, penalty, l2, monotone, n_knots=None):
-    """The loss; ``n_knots``: how many of the knots are real (the others are padding)."""
-    z = _logit_q(params, logits, fields, knots, offsets, monotone)
-    data = jnp.sum(w * (jax.nn.softplus(z) - t * z)) / jnp.sum(w)
-    b = _values(params["u"], monotone)
-    drop = jax.nn.relu(b[:-1] - b[1:])
-    if n_knots is not None:
-        drop = jnp.where(jnp.arange(drop.shape[0]) < n_knots - 1, drop, 0.0)
-    iso = penalty * jnp.sum(drop)
-    net = [params["emb"], params["linear"], *params["weights"], *params["biases"]]
-    reg = 0.5 * l2 * sum(jnp.sum(a**2) for a in net)
-    return data + iso + reg
-
-
-def _init_params(knots, key, *, monotone, n_rows, n_fields, embedding_dim, hidden):
-    """Initial parameters (see ``NeuralCalibration.init_params``) with ``n_rows`` rows of
-    embeddings. Rows are drawn independently of how many there are (JAX's partitionable
-    threefry), so padding rows leaves the real rows' draws unchanged."""
-    dtype = knots.dtype
-    u = _values_inverse(knots, monotone)
-    k_emb, *k_layers = jax.random.split(key, len(hidden) + 2)
-    emb = 0.1 * jax.random.normal(k_emb, (n_rows, embedding_dim), dtype)
-    widths = [n_fields * embedding_dim, *hidden]
-    weights, biases = [], []
-    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        scale = np.sqrt(2.0 / max(fan_in, 1))
-        weights.append(scale * jax.random.normal(k_layers[i], (fan_in, fan_out), dtype))
-        biases.append(jnp.zeros(fan_out, dtype))
-    weights.append(jnp.zeros((widths[-1], 1), dtype))
-    linear = jnp.zeros(widths[0], dtype)
-    return {
-        "u": u,
-        "emb": emb,
-        "linear": linear,
-        "weights": tuple(weights),
-        "biases": tuple(biases),
-    }
-
-
-# XLA's default CPU emitters (``xla_defaults``): the training scan runs 1.5-2x slower with
-# the classic emitters (n = 1e4, 1,000 steps), more than their shorter compile saves once
-@partial(
-    jit,
-    xla_defaults=True,
-    static_argnames=(
-        "monotone",
-        "n_steps",
-        "batch_size",
-        "use_fields",
-        "n_rows",
-        "embedding_dim",
-        "hidden",
-        "key_impl",
-    ),
-)
-def _train(
-    logits,
-    fields,
-    t,
-    w,
-    n,
-    knots,
-    n_knots,
-    offsets,
-    penalty,
-    l2,
-    learning_rate,
-    key,
-    *,
-    monotone: str,
-    n_steps: int,
-    batch_size: int | None,
-    use_fields: bool,
-    n_rows: int,
-    embedding_dim: int,
-    hidden: tuple[int, ...],
-    key_impl: str | None,
-):
-    """Initialise and train. The data hold ``n`` real rows, then zero-weight padding (never
-    drawn into a minibatch); ``knots`` the ``n_knots`` real knots, then copies of the last
-    (no gradient reaches their values: see ``piecewise_linear`` and ``_objective``).
-    ``key`` is a key's raw data, of the PRNG ``key_impl`` (``None``: a raw legacy key).
-    Returns the parameters, the knot values ``b`` and the objective trace."""
-    if key_impl is not None:
-        key = jax.random.wrap_key_data(key, impl=key_impl)
-    params = _init_params(
-        knots,
-        jax.random.fold_in(key, 0),
-        monotone=monotone,
-        n_rows=n_rows,
-        n_fields=offsets.shape[0],
-        embedding_dim=embedding_dim,
-        hidden=hidden,
-    )
-    key = jax.random.fold_in(key, 1)
-    schedule = optax.cosine_decay_schedule(learning_rate, n_steps, alpha=1e-3)
-    opt = optax.adam(schedule)
-
-    def loss(p, idx):
-        f = fields[idx] if use_fields else None
-        return _objective(
-            p, logits[idx], f, t[idx], w[idx], knots, offsets, penalty, l2, monotone, n_knots
-        )
-
-    def step(carry, k):
-        p, state = carry
-        if batch_size is None:
-            idx = jnp.arange(logits.shape[0])
-        else:
-            idx = jax.random.randint(jax.random.fold_in(key, k), (batch_size,), 0, n)
-        value, grad = jax.value_and_grad(loss)(p, idx)
-        updates, state = opt.update(grad, state, p)
-        return (optax.apply_updates(p, updates), state), value
-
-    (params, _), trace = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(n_steps))
-    return params, _values(params["u"], monotone), trace
-
-
-# ----------------------------------------------------------------------- fitted object
 
 
 def _check_fields(fields: Any, n: int, cardinalities: tuple[int, ...] | None) -> np.ndarray:
@@ -369,25 +180,23 @@ class FittedNeuralCalibration(FittedCalibrator):
             output=output,
             use_fields=fields is not None,
         )
+        shape = np.shape(scores)  # the output keeps it
         if _shapes.is_traced(scores, fields, self.knots, self.values, self._network()):
             s = jnp.asarray(scores).reshape(-1)
-            return core(s, fields, self.knots, self.values, *self._network())
+            return core(s, fields, self.knots, self.values, *self._network()).reshape(shape)
         s = np.asarray(scores).reshape(-1)
         n = s.shape[0]
         if n == 0:
-            return jax.device_put(np.zeros(0, jnp.result_type(float)))
+            return jax.device_put(np.zeros(shape, jnp.result_type(float)))
         size = _shapes.padded_size(n)
         knots, values, network = self._padded_parts()
         f = None if fields is None else _shapes.pad_axis(fields, size)  # id 0 is valid
         out = core(_shapes.pad_axis(s, size, s[0]), f, knots, values, *network)
-        return _shapes.unpad(out, n)
+        return _shapes.unpad(out, n, shape)
 
     def eta(self, scores: ArrayLike) -> jax.Array:
         r"""The score part :math:`\eta(l)` (a logit), any input shape."""
-        shape = np.shape(scores)
-        if _shapes.is_traced(scores):
-            return self._apply(scores, None, output="eta").reshape(shape)
-        return jax.device_put(np.asarray(self._apply(scores, None, output="eta")).reshape(shape))
+        return self._apply(scores, None, output="eta")
 
     def field_offset(self, fields: ArrayLike) -> jax.Array:
         """The field part :math:`g(x)` for ``[n, F]`` fields."""
@@ -407,7 +216,8 @@ class FittedNeuralCalibration(FittedCalibrator):
         return self._apply(scores, fields, output="logit")
 
     def predict(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
-        """Calibrated probabilities ``sigmoid(eta(l) + g(x))`` (``[n]``)."""
+        """Calibrated probabilities ``sigmoid(eta(l) + g(x))``, in the shape of ``scores``
+        (any shape without fields; ``[n]`` with ``[n, F]`` fields)."""
         scores, fields = self._checked(scores, fields)
         return self._apply(scores, fields, output="prob")
 
@@ -428,7 +238,7 @@ def _predict_neural(
     output,
     use_fields,
 ):
-    z = piecewise_linear(_to_logit(scores, score_type), knots, values)
+    z = piecewise_linear(to_logit(scores, score_type), knots, values)
     if output != "eta" and use_fields:
         z = z + field_mlp(fields, emb, offsets, linear, weights, biases)
     return jax.nn.sigmoid(z) if output == "prob" else z
@@ -512,7 +322,7 @@ class NeuralCalibration:
     def init_params(self, knots: np.ndarray, cardinalities: tuple[int, ...], *, key: jax.Array):
         """Initial parameters: identity :math:`\\eta` (``b = knots``), small embeddings,
         zero output layer (so :math:`g \\equiv 0` at the start)."""
-        return _init_params(
+        return init_params(
             jnp.asarray(knots),
             key,
             monotone=self.monotone,
@@ -541,7 +351,7 @@ class NeuralCalibration:
             labels: ``[n]`` 0/1 labels.
             fields: ``[n, F]`` (or ``[n]`` for one field) non-negative integer field ids,
                 or ``None`` to fit :math:`\\eta` alone.
-            sample_weight, propensity, loss: the loss weighting (``jaxcal.debias.losses``).
+            sample_weight, propensity, loss: the loss weighting (``jaxcal.losses``).
             cardinalities: per-field number of values (default: max id + 1 per column).
                 Give it when later data may hold values absent from the calibration set.
             key: ``jax.random`` key for the initialisation and minibatches (default
@@ -562,7 +372,7 @@ class NeuralCalibration:
         data = prepare_fit(s, labels, sample_weight=sample_weight, propensity=propensity, loss=loss)
         n = s.shape[0]
         dtype = jnp.result_type(float)
-        logits = _to_logit_host(s, self.score_type, dtype)
+        logits = to_logit_host(s, self.score_type, dtype)
         keep = data.weights > 0
         knots = np.unique(np.quantile(logits[keep], np.linspace(0, 1, self.n_knots)))
         if knots.shape[0] < 2:
@@ -593,7 +403,7 @@ class NeuralCalibration:
         rows = _shapes.pad_rows(size, logits, data.targets, data.weights, fills=(logits[0], 0, 0))
         k = knots.shape[0]
         n_rows = int(sum(cards))
-        params, values, _ = _train(
+        params, values, _ = train(
             *(jax.device_put(np.asarray(a, dtype)) for a in rows[:1]),
             None if x is None else jax.device_put(_shapes.pad_axis(x, size)),  # id 0 is valid
             *(jax.device_put(np.asarray(a, dtype)) for a in rows[1:]),
@@ -664,5 +474,5 @@ def objective(
 def _objective_core(params, scores, fields, t, w, knots, offsets, penalty, l2, *, score_type):
     # padding adds nothing: rows of zero weight, knots repeating the last one (no drop
     # between them for the penalty), embedding rows of zeros
-    logits = _to_logit(scores, score_type)
-    return _objective(params, logits, fields, t, w, knots, offsets, penalty, l2, "penalty")
+    logits = to_logit(scores, score_type)
+    return training_loss(params, logits, fields, t, w, knots, offsets, penalty, l2, "penalty")

@@ -1,8 +1,8 @@
 r"""Platt scaling: :math:`P(y=1 \mid s) = \sigma(a s + b)` with :math:`a \ge 0`.
 
 Platt (1999), "Probabilistic outputs for support vector machines". Fitted by the exact
-constrained Newton solver of ``jaxcal.calibrators._solver`` on the weighted logistic loss
-(``jaxcal.debias.losses``); the monotonicity constraint :math:`a \ge 0` is active only when
+constrained Newton solver of ``jaxcal.fitting.solver`` on the weighted logistic loss
+(``jaxcal.losses``); the monotonicity constraint :math:`a \ge 0` is active only when
 scores are anti-correlated with the labels (then the map is the constant base rate).
 Platt's form is also the exact posterior of two equal-variance Gaussian score
 distributions (``jaxcal.scoremodels.EqualVarianceGaussianScores``).
@@ -29,11 +29,9 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
-    LinearLogitFamily,
-    ScoreRange,
     coefficient,
-    family_dataclass,
 )
+from jaxcal.families.linear import LinearLogitFamily, ScoreRange, family_dataclass
 
 __all__ = ["PlattScaling", "FittedPlatt", "PlattFamily"]
 

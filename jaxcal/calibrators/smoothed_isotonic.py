@@ -11,7 +11,8 @@ weighted mean target :math:`\bar t_b`, run weighted isotonic regression across b
 and predict by linear interpolation of the points :math:`(\bar s_b, \hat v_b)` of the
 buckets with positive weight (a bucket left empty by tied scores, or holding only
 zero-weight points, has no knot), with
-constant extrapolation beyond the first and last bucket. Bucketing makes the map smooth
+constant extrapolation beyond the first and last bucket. Only the ratios of the weights
+matter (they are normalised first, as in ``isotonic_regression``). Bucketing makes the map smooth
 and cheap to store (``B`` knots); interpolation between bucket centres removes the
 plateaus *between* buckets. Inside a PAV-pooled run of buckets the map is flat; set
 ``rank_preserving=True`` to put one knot per pooled run at its weighted mean score
@@ -45,13 +46,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-import jaxcal.debias.losses  # noqa: F401  (import order: debias before calibrators._base)
 from jaxcal import _shapes
+from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_probs
-from jaxcal.calibrators._base import FittedCalibrator, prepare_fit
+from jaxcal._weights import normalize_weights_host
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators.isotonic import (
     eager_kernel,
     knot_map,
@@ -140,7 +142,7 @@ class FittedSmoothedIsotonic(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SmoothedIsotonic:
+class SmoothedIsotonic(Calibrator):
     """Smoothed isotonic regression (bucketed PAV + linear interpolation).
 
     Args:
@@ -154,32 +156,20 @@ class SmoothedIsotonic:
     increasing: bool = True
     rank_preserving: bool = False
 
-    def fit(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-    ) -> FittedSmoothedIsotonic:
-        """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted).
-
-        Raises:
-            ValueError: on bad inputs or ``n_buckets < 1``.
-        """
+    def _check_hyperparameters(self) -> None:
         if not isinstance(self.n_buckets, int | np.integer) or self.n_buckets < 1:
             raise ValueError(f"n_buckets must be a positive integer; got {self.n_buckets!r}.")
         if not isinstance(self.increasing, bool | np.bool_):
             raise ValueError(f"increasing must be True or False; got {self.increasing!r}.")
-        d = prepare_fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-        )
+
+    def _fit(self, d: FitData) -> FittedSmoothedIsotonic:
+        """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted)."""
         u = d.scores if self.increasing else -d.scores
         n = u.shape[0]
-        padded = _shapes.pad_rows(
-            _shapes.padded_size(n), u, d.targets, d.weights, fills=(u.max(), 0, 0)
-        )
+        # only the ratios of the weights matter: normalised (largest in [1, 2)) before the
+        # bucket sums and a float32 cast can underflow or overflow them
+        w = normalize_weights_host(d.weights)
+        padded = _shapes.pad_rows(_shapes.padded_size(n), u, d.targets, w, fills=(u.max(), 0, 0))
         dtype = jnp.result_type(float)
         out = _bucket_stats(
             *(jax.device_put(np.asarray(a, dtype)) for a in padded),

@@ -19,6 +19,9 @@ import importlib
 import sys
 from pathlib import Path
 
+import jax
+
+from jaxcal import __version__
 from jaxcal._compilation_cache import CACHE_ENV, cache_dir
 
 __all__ = ["main", "build_parser", "compilation_cache_dir", "enable_compilation_cache"]
@@ -35,8 +38,6 @@ def compilation_cache_dir() -> Path | None:
 def enable_compilation_cache() -> Path | None:
     """Turn on JAX's persistent compilation cache for this process (command line only);
     returns the directory in use, or None when it is off."""
-    import jax
-
     current = jax.config.jax_compilation_cache_dir
     if current:  # the user configured JAX already
         return Path(current)
@@ -51,9 +52,10 @@ def enable_compilation_cache() -> Path | None:
     return path
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from jaxcal import __version__
-
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``jaxcal`` parser; with ``command``, only that subcommand's module is imported
+    (the others are listed by name), so that starting one command does not import the
+    studies and models of the others."""
     parser = argparse.ArgumentParser(
         prog="jaxcal",
         description="Calibrated probabilities for ranking, recommendation and click models.",
@@ -66,12 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jaxcal {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
-        importlib.import_module(f"jaxcal.cli.{name}").add_parser(sub)
+        if command in (None, name):
+            importlib.import_module(f"jaxcal.cli.{name}").add_parser(sub)
+        else:
+            sub.add_parser(name)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in _COMMANDS else None)
     args = parser.parse_args(argv)
     enable_compilation_cache()
     try:

@@ -28,15 +28,21 @@ import csv
 import importlib.util
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
+import jaxcal.calibrators
 from jaxcal._progress import log
+from jaxcal.data import simulate_preferences
+from jaxcal.debias import popularity_propensity
+from jaxcal.metrics import auc, ece, mce, nll
+from jaxcal.plot import calibration_map, reliability_diagram, score_histograms
 
 __all__ = ["CALIBRATORS", "DemoResult", "DemoRow", "add_parser", "run", "run_demo"]
 
@@ -87,19 +93,47 @@ class DemoResult:
     skipped: dict[str, str] = field(default_factory=dict)  #: name -> reason
 
 
+@dataclass(frozen=True)
+class _Problem:
+    """The arrays the calibrators are fitted on (validation pairs) and scored on (test
+    pairs), and the number of ECE / MCE bins."""
+
+    s_val: np.ndarray  #: validation scores
+    y_val: np.ndarray  #: validation clicks
+    omega: np.ndarray  #: propensities of the validation pairs (IPS loss)
+    s_test: np.ndarray  #: test scores
+    r_test: np.ndarray  #: test relevance labels R ~ Bernoulli(r)
+    t_test: np.ndarray  #: test true probabilities r
+    n_bins: int
+
+
+#: what fitting one (calibrator, loss) gives: (fitted, test probabilities, row) or None,
+#: and the reason it was skipped or None
+_FitOutcome = tuple[tuple[Any, np.ndarray, DemoRow] | None, str | None]
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    """A progress printer: stderr lines prefixed with the seconds since this call."""
+    start = time.perf_counter()
+
+    def say(message: str) -> None:
+        log(f"[{time.perf_counter() - start:5.1f}s] {message}", quiet=quiet)
+
+    return say
+
+
 def _calibrator_class(name: str) -> Any:
     """The calibrator class ``jaxcal.calibrators.<name>``, or ``None`` if it is not there."""
-    import jaxcal.calibrators
-
     try:
         return getattr(jaxcal.calibrators, name)
     except (ImportError, AttributeError):
         return None
 
 
-def _metrics_row(name: str, loss: str, p, relevance, true_prob, n_bins: int) -> DemoRow:
-    from jaxcal.metrics import auc, ece, mce, nll
-
+def _metrics_row(name: str, loss: str, p, problem: _Problem) -> DemoRow:
+    """The table row of test probabilities ``p``: metrics against the relevance labels and
+    the distance to the true probabilities."""
+    relevance, n_bins = problem.r_test, problem.n_bins
     return DemoRow(
         calibrator=name,
         loss=loss,
@@ -107,8 +141,94 @@ def _metrics_row(name: str, loss: str, p, relevance, true_prob, n_bins: int) -> 
         mce=float(mce(p, relevance, n_bins=n_bins, min_fraction=MCE_MIN_FRACTION)),
         nll=float(nll(p, relevance)),
         auc=float(auc(p, relevance)),
-        rmse_true=float(np.sqrt(np.mean((np.asarray(p) - true_prob) ** 2))),
+        rmse_true=float(np.sqrt(np.mean((np.asarray(p) - problem.t_test) ** 2))),
     )
+
+
+def _check_choices(calibrators: Sequence[str], propensity: str) -> None:
+    """``ValueError`` for unknown (or no) calibrator names or an unknown propensity."""
+    unknown = [c for c in calibrators if c not in CALIBRATORS]
+    if unknown or not calibrators:
+        raise ValueError(f"unknown calibrator(s) {unknown}; choose from {', '.join(CALIBRATORS)}.")
+    if propensity not in PROPENSITIES:
+        raise ValueError(f"propensity must be one of {PROPENSITIES}; got {propensity!r}.")
+
+
+def _ips_propensity(data: Any, val: np.ndarray, propensity: str) -> np.ndarray:
+    """Propensities of the validation pairs: the simulator's exposure probabilities
+    (``"true"``), or the popularity estimate from the items' validation clicks."""
+    if propensity == "true":
+        return np.asarray(data.propensity)[val]
+    items, clicks = np.asarray(data.items), np.asarray(data.clicks)
+    counts = np.bincount(items[val], weights=clicks[val], minlength=data.n_items)
+    return popularity_propensity(counts)[items[val]]
+
+
+def _problem(data: Any, val: np.ndarray, test: np.ndarray, omega, n_bins: int) -> _Problem:
+    """The validation and test arrays of the split."""
+    scores, clicks = np.asarray(data.scores), np.asarray(data.clicks)
+    relevance, true_prob = np.asarray(data.relevance), np.asarray(data.true_prob)
+    return _Problem(
+        s_val=scores[val], y_val=clicks[val], omega=omega, s_test=scores[test],
+        r_test=relevance[test], t_test=true_prob[test], n_bins=n_bins,
+    )  # fmt: skip
+
+
+def _available(calibrators: Sequence[str], skipped: dict[str, str], say) -> list[str]:
+    """The calibrators of this installation; the others are noted in ``skipped``."""
+    available = []
+    for name in calibrators:
+        if _calibrator_class(name) is None:
+            skipped[name] = "not available in this installation"
+            say(f"{name}: skipped (not available in this installation)")
+        else:
+            available.append(name)
+    return available
+
+
+def _fit_one(name: str, loss: str, problem: _Problem, say) -> _FitOutcome:
+    """Fit, predict and score one (calibrator, loss); runs in a worker thread."""
+    kw = {} if loss == "naive" else {"propensity": problem.omega}
+    try:
+        fitted = _calibrator_class(name)().fit(problem.s_val, problem.y_val, loss=loss, **kw)
+    except ValueError as exc:  # e.g. a calibrator that does not take IPS targets
+        say(f"{name} ({loss}): skipped ({exc})")
+        return None, str(exc)
+    p = np.asarray(fitted.predict(problem.s_test))
+    row = _metrics_row(name, loss, p, problem)
+    say(f"fitted {name} ({loss})")
+    return (fitted, p, row), None
+
+
+def _fit_all(
+    names: Sequence[str], problem: _Problem, jobs: int, say
+) -> dict[tuple[str, str], _FitOutcome]:
+    """Every (calibrator, loss) fit, keyed in table order (``names``, then :data:`LOSSES`)."""
+    # Compiling each calibrator's solver dominates the run time; XLA compiles outside the
+    # GIL, so calibrators compile side by side. Naive and IPS fits of one calibrator share
+    # a compiled solver, so they run one after the other in the same task.
+    workers = max(1, min(int(jobs), len(names) or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            n: pool.submit(lambda n=n: [_fit_one(n, lss, problem, say) for lss in LOSSES])
+            for n in names
+        }
+        return {
+            (n, lss): out
+            for n in names
+            for lss, out in zip(LOSSES, futures[n].result(), strict=True)
+        }
+
+
+def _collect(result: DemoResult, outcomes: dict[tuple[str, str], _FitOutcome]) -> None:
+    """Add the fits, test probabilities and rows to ``result`` (in the order of
+    ``outcomes``, whatever the completion order), and the failures to ``skipped``."""
+    for key, (out, error) in outcomes.items():
+        if out is None:
+            result.skipped[f"{key[0]} ({key[1]})"] = error
+            continue
+        result.fitted[key], result.probs[key], row = out
+        result.rows.append(row)
 
 
 def run_demo(
@@ -154,85 +274,22 @@ def run_demo(
         ValueError: an unknown calibrator name or propensity, or simulator parameters out of
             range.
     """
-    import jax
-
     jax.config.update("jax_enable_x64", True)
-    from jaxcal.data import simulate_preferences
-    from jaxcal.debias import popularity_propensity
-
-    unknown = [c for c in calibrators if c not in CALIBRATORS]
-    if unknown or not calibrators:
-        raise ValueError(f"unknown calibrator(s) {unknown}; choose from {', '.join(CALIBRATORS)}.")
-    if propensity not in PROPENSITIES:
-        raise ValueError(f"propensity must be one of {PROPENSITIES}; got {propensity!r}.")
-
+    _check_choices(calibrators, propensity)
     if jobs is None:
         jobs = min(4, os.cpu_count() or 1)
-    start = time.perf_counter()
-
-    def say(message: str) -> None:
-        log(f"[{time.perf_counter() - start:5.1f}s] {message}", quiet=quiet)
-
+    say = _progress(quiet)
     say(f"simulating {n_users} users x {n_items} items (seed {seed})")
     data = simulate_preferences(n_users=n_users, n_items=n_items, seed=seed)
     val, test = data.split(validation_fraction=validation_fraction, seed=seed)
-    scores, clicks = np.asarray(data.scores), np.asarray(data.clicks)
-    relevance, true_prob = np.asarray(data.relevance), np.asarray(data.true_prob)
-    items = np.asarray(data.items)
-    if propensity == "true":
-        omega = np.asarray(data.propensity)[val]
-    else:
-        counts = np.bincount(items[val], weights=clicks[val], minlength=n_items)
-        omega = popularity_propensity(counts)[items[val]]
-
-    s_val, y_val, s_test = scores[val], clicks[val], scores[test]
-    r_test, t_test = relevance[test], true_prob[test]
+    omega = _ips_propensity(data, val, propensity)
+    problem = _problem(data, val, test, omega, n_bins)
     result = DemoResult([], data, val, test, omega)
-    raw = 1.0 / (1.0 + np.exp(-s_test))
-    result.rows.append(_metrics_row(BASELINE, "-", raw, r_test, t_test, n_bins))
-
-    def fit_one(name: str, loss: str):
-        """Fit, predict and score one (calibrator, loss); runs in a worker thread."""
-        kw = {} if loss == "naive" else {"propensity": omega}
-        try:
-            fitted = _calibrator_class(name)().fit(s_val, y_val, loss=loss, **kw)
-        except ValueError as exc:  # e.g. a calibrator that does not take IPS targets
-            say(f"{name} ({loss}): skipped ({exc})")
-            return None, str(exc)
-        p = np.asarray(fitted.predict(s_test))
-        row = _metrics_row(name, loss, p, r_test, t_test, n_bins)
-        say(f"fitted {name} ({loss})")
-        return (fitted, p, row), None
-
-    available = []
-    for name in calibrators:
-        if _calibrator_class(name) is None:
-            result.skipped[name] = "not available in this installation"
-            say(f"{name}: skipped (not available in this installation)")
-        else:
-            available.append(name)
-    # Compiling each calibrator's solver dominates the run time; XLA compiles outside the
-    # GIL, so calibrators compile side by side. Naive and IPS fits of one calibrator share
-    # a compiled solver, so they run one after the other in the same task.
-    tasks = [(name, loss) for name in available for loss in LOSSES]
-    workers = max(1, min(int(jobs), len(available) or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            n: pool.submit(lambda n=n: [fit_one(n, lss) for lss in LOSSES]) for n in available
-        }
-        done = {
-            (n, lss): out
-            for n in available
-            for lss, out in zip(LOSSES, futures[n].result(), strict=True)
-        }
-    for key in tasks:  # table order, whatever the completion order
-        out, error = done[key]
-        if out is None:
-            result.skipped[f"{key[0]} ({key[1]})"] = error
-            continue
-        result.fitted[key], result.probs[key], row = out
-        result.rows.append(row)
-    result.rows.append(_metrics_row(ORACLE, "-", t_test, r_test, t_test, n_bins))
+    raw = 1.0 / (1.0 + np.exp(-problem.s_test))
+    result.rows.append(_metrics_row(BASELINE, "-", raw, problem))
+    names = _available(calibrators, result.skipped, say)
+    _collect(result, _fit_all(names, problem, jobs, say))
+    result.rows.append(_metrics_row(ORACLE, "-", problem.t_test, problem))
     return result
 
 
@@ -270,8 +327,6 @@ def write_csv(rows: Sequence[DemoRow], path: Path) -> Path:
 
 def write_plots(result: DemoResult, out: Path, *, n_bins: int, say) -> list[Path]:
     """Reliability diagrams, fitted maps and score histograms (needs matplotlib)."""
-    from jaxcal.plot import calibration_map, reliability_diagram, score_histograms
-
     data, val, test = result.data, result.validation, result.test
     scores = np.asarray(data.scores)
     relevance, true_prob = np.asarray(data.relevance)[test], np.asarray(data.true_prob)[test]
@@ -387,13 +442,38 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _summary(result: DemoResult, args: argparse.Namespace) -> str:
+    """The lines above the table: the simulated data, the split and the metrics."""
+    data, val, test = result.data, result.validation, result.test
+    settings = dict(data.settings)
+    return (
+        f"jaxcal demo: {data.n_pairs:,} user-item pairs ({data.n_users} users x "
+        f"{data.n_items} items), seed {args.seed}.\n"
+        f"  true preference rate {float(np.mean(data.true_prob)):.3f}; exposure rate "
+        f"{settings['exposure_rate']:.3f}, missing-not-at-random (item popularity); click rate "
+        f"{float(np.mean(np.asarray(data.clicks)[val])):.3f} on the validation pairs.\n"
+        f"  Calibrators fitted on {val.size:,} validation pairs' clicks (IPS with "
+        f"{args.propensity} propensities); metrics on {test.size:,} test pairs against their "
+        f"true preferences\n  (relevance R ~ Bernoulli(r); ECE/MCE with {args.n_bins} "
+        "equal-width bins; RMSE(r) = distance to the true probabilities r).\n"
+    )
+
+
+def _write_outputs(result: DemoResult, args: argparse.Namespace, say) -> list[Path]:
+    """results.csv and, unless ``--no-plots`` or without matplotlib, the PNG plots."""
+    out: Path = args.out
+    written = [write_csv(result.rows, out / "results.csv")]
+    if not args.no_plots:
+        if importlib.util.find_spec("matplotlib") is None:
+            print("  plots skipped: matplotlib is not installed (pip install 'jaxcal[plot]').")
+        else:
+            written += write_plots(result, out, n_bins=args.n_bins, say=say)
+    return written
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo for parsed arguments; print the table; write CSV and plots."""
-    start = time.perf_counter()
-
-    def say(message: str) -> None:
-        log(f"[{time.perf_counter() - start:5.1f}s] {message}", quiet=args.quiet)
-
+    say = _progress(args.quiet)
     result = run_demo(
         seed=args.seed,
         n_users=args.n_users,
@@ -405,31 +485,11 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         quiet=args.quiet,
     )
-    data = result.data
-    val, test = result.validation, result.test
-    settings = dict(data.settings)
-    print(
-        f"jaxcal demo: {data.n_pairs:,} user-item pairs ({data.n_users} users x "
-        f"{data.n_items} items), seed {args.seed}.\n"
-        f"  true preference rate {float(np.mean(data.true_prob)):.3f}; exposure rate "
-        f"{settings['exposure_rate']:.3f}, missing-not-at-random (item popularity); click rate "
-        f"{float(np.mean(np.asarray(data.clicks)[val])):.3f} on the validation pairs.\n"
-        f"  Calibrators fitted on {val.size:,} validation pairs' clicks (IPS with "
-        f"{args.propensity} propensities); metrics on {test.size:,} test pairs against their "
-        f"true preferences\n  (relevance R ~ Bernoulli(r); ECE/MCE with {args.n_bins} "
-        "equal-width bins; RMSE(r) = distance to the true probabilities r).\n"
-    )
+    print(_summary(result, args))
     print(format_table(result.rows))
     for name, reason in result.skipped.items():
         print(f"  skipped {name}: {reason}")
-    out: Path = args.out
-    csv_path = write_csv(result.rows, out / "results.csv")
-    written = [csv_path]
-    if not args.no_plots:
-        if importlib.util.find_spec("matplotlib") is None:
-            print("  plots skipped: matplotlib is not installed (pip install 'jaxcal[plot]').")
-        else:
-            written += write_plots(result, out, n_bins=args.n_bins, say=say)
+    written = _write_outputs(result, args, say)
     print(f"\nwrote {', '.join(str(p) for p in written)}")
     say("done")
     return 0

@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
+import jaxcal.recsys as recsys
 from jaxcal._progress import log, progress
+from jaxcal.data import binarize, load_coat, load_triples
+from jaxcal.metrics.ranking import auc, ndcg_at_k, recall_at_k
 
 __all__ = ["add_parser", "run", "MODELS"]
 
@@ -133,13 +136,9 @@ def parse_settings(model_cls: type, items: list[str]) -> dict[str, Any]:
 
 def _load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(train 0/1 matrix, test 0/1 labels, test mask)``."""
-    from jaxcal.data import binarize
-
     if (args.train is None) != (args.test is None):
         raise ValueError("give both --train and --test, or neither (then --dataset is used).")
     if args.train is not None:
-        from jaxcal.data import load_triples
-
         train = load_triples(args.train, one_based=args.one_based)
         test = load_triples(args.test, one_based=args.one_based)
         n_users = max(train.n_users, test.n_users)
@@ -151,8 +150,6 @@ def _load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.nda
         mask = np.zeros((n_users, n_items), bool)
         mask[test.user, test.item] = True
         return (train_m >= args.threshold).astype(np.int64), test_m >= args.threshold, mask
-    from jaxcal.data import load_coat
-
     coat = load_coat(None if args.data_dir is None else args.data_dir)
     return (
         binarize(coat.train, threshold=args.threshold),
@@ -176,9 +173,6 @@ def _format_table(header: list[str], rows: list[list[Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``jaxcal sweep``."""
     import jax
-
-    import jaxcal.recsys as recsys
-    from jaxcal.metrics.ranking import auc, ndcg_at_k, recall_at_k
 
     model_cls = getattr(recsys, MODELS[args.model])
     grid = parse_grid(args.grid) or {"seed": [0]}

@@ -8,8 +8,8 @@ fitted pytree with ``predict_conditional`` / ``predict_marginal``. Logs are
 :class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
 :func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
 truth); metrics :func:`perplexity`,
-:func:`log_likelihood`, :func:`ctr_error`; per-rank isotonic calibration
-:class:`RankCalibration` (Borisov et al., CIKM 2018).
+:func:`log_likelihood`, :func:`ctr_error`, :func:`reliability_by_rank`; per-rank isotonic
+calibration :class:`RankCalibration` (Borisov et al., CIKM 2018).
 """
 
 from jaxcal._lazy import lazy_exports
@@ -26,6 +26,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "read_npz": "jaxcal.clicks.io",
         "read_parquet": "jaxcal.clicks.io",
         "iter_parquet": "jaxcal.clicks.io",
+        "ReadReport": "jaxcal.clicks.io",
+        "LogChunks": "jaxcal.clicks.io",
+        "UnshownClickWarning": "jaxcal.clicks.io",
         # models
         "GCTR": "jaxcal.clicks.ctr",
         "RCTR": "jaxcal.clicks.ctr",
@@ -47,12 +50,11 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "perplexity": "jaxcal.clicks.metrics",
         "log_likelihood": "jaxcal.clicks.metrics",
         "ctr_error": "jaxcal.clicks.metrics",
+        "reliability_by_rank": "jaxcal.clicks.metrics",
         # calibration (Borisov et al. 2018)
         "RankCalibration": "jaxcal.clicks.calibration",
         "FittedRankCalibration": "jaxcal.clicks.calibration",
         "CalibratedClickModel": "jaxcal.clicks.calibration",
         "calibrate_click_model": "jaxcal.clicks.calibration",
-        "reliability_by_rank": "jaxcal.clicks.calibration",
-        "plot_reliability_by_rank": "jaxcal.clicks.calibration",
     },
 )

@@ -7,14 +7,17 @@ For every rank :math:`r`, fit on a development log the isotonic (non-decreasing)
 .. math::  \sum_i w_i \, [g_r(P_r(s^i)) - c_r^i]^2,
 
 from the model's predicted click probability at rank :math:`r` to the observed click, by
-exact weighted pool-adjacent-violators (:func:`jaxcal.calibrators.isotonic_regression`, all
-ranks in one call with ``group = rank``). The fitted values are trimmed to
-:math:`[\delta, 1 - \delta]` (:math:`\delta = 0.01` in the paper) so that perplexity stays
-finite; clipping the isotonic solution is the exact solution of the bounded problem. New
-probabilities are mapped by linear interpolation between the fitted points (the paper's
-"piecewise linear, isotonic, continuous" :math:`g`; scikit-learn's ``IsotonicRegression``),
-and by the end values outside the development range (scikit-learn's ``out_of_bounds="clip"``;
-the paper returns 0 below the range, which trimming turns into :math:`\delta`).
+exact weighted pool-adjacent-violators: one :class:`jaxcal.IsotonicCalibration` per rank,
+whose knots become that rank's map. The fitted values are trimmed to
+:math:`[\delta, 1 - \delta]` (:math:`\delta = 0.01` in the paper, the calibrator's
+``trim``) so that perplexity stays finite; clipping the isotonic solution is the exact
+solution of the bounded problem. New probabilities are mapped by linear interpolation between
+the knots (the paper's "piecewise linear, isotonic, continuous" :math:`g`; scikit-learn's
+``IsotonicRegression``), and by the end values outside the development range (scikit-learn's
+``out_of_bounds="clip"``; the paper returns 0 below the range, which trimming turns into
+:math:`\delta`). Reliability diagrams per rank (the paper's Fig. 1) are
+:func:`jaxcal.clicks.metrics.reliability_by_rank`, drawn by
+:func:`jaxcal.plot.reliability_by_rank_diagram`.
 
 Conditional :math:`P(C_r = 1 \mid C_{<r})` and unconditional :math:`P(C_r = 1)` probabilities
 are calibrated separately (paper, footnote 4): :func:`calibrate_click_model` fits both and
@@ -29,8 +32,7 @@ calibrated perplexity at each rank is never above that of any monotone map into
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +42,8 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.calibrators import isotonic_regression
-from jaxcal.clicks._base import ClickModelFit, check_sessions
+from jaxcal.calibrators import IsotonicCalibration
+from jaxcal.clicks._base import ClickModelFit, check_click_arrays, check_sessions
 from jaxcal.clicks.sessions import Sessions
 
 __all__ = [
@@ -49,35 +51,7 @@ __all__ = [
     "FittedRankCalibration",
     "CalibratedClickModel",
     "calibrate_click_model",
-    "ReliabilityByRank",
-    "reliability_by_rank",
-    "plot_reliability_by_rank",
 ]
-
-
-def _check_probs_clicks(probs, clicks, mask, sample_weight):
-    p = np.asarray(probs, np.float64)
-    if p.ndim != 2 or p.size == 0:
-        raise ValueError(f"probs must be a non-empty [S, n] array; got shape {p.shape}.")
-    c = np.asarray(clicks)
-    if c.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but clicks {c.shape}.")
-    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask).astype(bool)
-    if m.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but mask {m.shape}.")
-    if not m.any():
-        raise ValueError("mask selects no results.")
-    pm = p[m]
-    if not np.isfinite(pm).all() or (pm < 0).any() or (pm > 1).any():
-        raise ValueError("probs must be finite probabilities in [0, 1] on unmasked entries.")
-    if not np.isin(c[m], (0, 1)).all():
-        raise ValueError(f"clicks must be 0/1; got values {np.unique(c[m])[:5].tolist()}.")
-    w = np.ones(p.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    if w.shape != (p.shape[0],) or not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError(f"sample_weight must be [{p.shape[0]}] finite and non-negative.")
-    if not (w[:, None] * m).sum() > 0:
-        raise ValueError("sample_weight gives the unmasked results zero total weight.")
-    return p, c.astype(np.float64), m, w
 
 
 @pytree_dataclass
@@ -108,17 +82,42 @@ class FittedRankCalibration:
         return _apply_maps(self, probs, None)
 
 
-def _knots(x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Knots of one rank's fitted isotonic function: the first and last point of every
-    constant block (scikit-learn's thresholds), so linear interpolation reproduces the fit."""
-    order = np.argsort(x, kind="stable")
-    x, v = x[order], v[order]
-    ux, first = np.unique(x, return_index=True)
-    uv = v[first]  # ties share one fitted value
-    change_prev = np.r_[True, uv[1:] != uv[:-1]]
-    change_next = np.r_[uv[1:] != uv[:-1], True]
-    keep = change_prev | change_next
-    return ux[keep], uv[keep]
+def _rank_knots(x: np.ndarray, y: np.ndarray, w: np.ndarray, trim: float):
+    """Knots ``(u, v)`` of one rank's trimmed isotonic map: a fitted
+    :class:`jaxcal.IsotonicCalibration`'s; the identity (trimmed) for a rank without data,
+    and the constant click rate (trimmed) for a rank whose clicks are all 0 or all 1."""
+    lo, hi = trim, 1.0 - trim
+    if x.size == 0:
+        return np.array([lo, hi]), np.array([lo, hi])
+    if y.min() == y.max():  # one class: isotonic regression fits the constant
+        u = np.unique(x[[np.argmin(x), np.argmax(x)]])
+        return u, np.full(u.shape, np.clip(y[0], lo, hi))
+    fitted = IsotonicCalibration(trim=trim).fit(x, y, sample_weight=w)
+    u, v = np.asarray(fitted.knots_x, np.float64), np.asarray(fitted.knots_y, np.float64)
+    # trimming can give neighbouring blocks one value: keep the ends of each flat stretch
+    flat = v[1:] == v[:-1]
+    keep = ~(np.r_[False, flat] & np.r_[flat, False])
+    return u[keep], v[keep]
+
+
+def _stack_knots(per_rank: list[tuple[np.ndarray, np.ndarray]], trim: float):
+    """One ``[n, K]`` table of knots per rank, ``K`` the bucket size of the most knots: the
+    rows are padded above 1 (strictly increasing, carrying the last value: exact for
+    probabilities), so calibrations with different knot counts share compiled programs."""
+    K = _shapes.padded_size(max(len(u) for u, _ in per_rank))
+    kx = np.empty((len(per_rank), K))
+    ky = np.empty((len(per_rank), K))
+    for r, (u, v) in enumerate(per_rank):
+        k = len(u)
+        kx[r, :k], ky[r, :k] = u, v
+        kx[r, k:] = max(u[-1], 1.0) + np.arange(1, K - k + 1)
+        ky[r, k:] = v[-1]
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return FittedRankCalibration(
+        knots_x=jax.device_put(kx.astype(dtype)),
+        knots_y=jax.device_put(ky.astype(dtype)),
+        trim=trim,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -159,7 +158,8 @@ class RankCalibration:
 
         Returns:
             :class:`FittedRankCalibration`. A rank without development data gets the
-            identity map (trimmed).
+            identity map, and one whose clicks are all 0 (or all 1) the constant 0 (or 1),
+            trimmed.
 
         Raises:
             ValueError: on shape mismatches, probabilities outside [0, 1], clicks not 0/1,
@@ -168,40 +168,13 @@ class RankCalibration:
         trim = float(self.trim)
         if not 0.0 <= trim < 0.5:
             raise ValueError(f"trim must lie in [0, 0.5); got {self.trim!r}.")
-        p, c, m, w = _check_probs_clicks(probs, clicks, mask, sample_weight)
-        S, n = p.shape
-        ww = np.broadcast_to(w[:, None], (S, n))
-        sel = m & (ww > 0)
-        rank = np.broadcast_to(np.arange(n), (S, n))[sel]
-        x, y, sw = p[sel], c[sel], ww[sel]
-        fitted = np.asarray(
-            isotonic_regression(x, y, sample_weight=sw, group=rank, y_min=trim, y_max=1.0 - trim),
-            np.float64,
-        )
-        per_rank = []
-        for r in range(n):
-            at = rank == r
-            if at.any():
-                per_rank.append(_knots(x[at], fitted[at]))
-            else:
-                lo, hi = max(trim, 0.0), min(1.0 - trim, 1.0)
-                per_rank.append((np.array([lo, hi]), np.array([lo, hi])))
-        # knots padded to their bucket size (above 1, carrying the last value: exact for
-        # probabilities), so that calibrations of different sizes share compiled programs
-        K = _shapes.padded_size(max(len(k[0]) for k in per_rank))
-        kx = np.empty((n, K))
-        ky = np.empty((n, K))
-        for r, (ux, uv) in enumerate(per_rank):
-            k = len(ux)
-            kx[r, :k], ky[r, :k] = ux, uv
-            kx[r, k:] = max(ux[-1], 1.0) + np.arange(1, K - k + 1)  # strictly increasing pad
-            ky[r, k:] = uv[-1]
-        dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        return FittedRankCalibration(
-            knots_x=jax.device_put(kx.astype(dtype)),
-            knots_y=jax.device_put(ky.astype(dtype)),
-            trim=trim,
-        )
+        p, c, m, w = check_click_arrays(probs, clicks, mask, sample_weight)
+        sel = m & (w[:, None] > 0)
+        per_rank = [
+            _rank_knots(p[sel[:, r], r], c[sel[:, r], r], w[sel[:, r]], trim)
+            for r in range(p.shape[1])
+        ]
+        return _stack_knots(per_rank, trim)
 
 
 @jit
@@ -292,103 +265,3 @@ def calibrate_click_model(
         conditional=rc.fit(model.predict_conditional(dev), dev.clicks, **kw),
         marginal=rc.fit(model.predict_marginal(dev), dev.clicks, **kw),
     )
-
-
-# ---------------------------------------------------------------------------- reliability
-class ReliabilityByRank(NamedTuple):
-    """Per-rank reliability diagram: ``[n, n_bins]`` arrays.
-
-    ``mean_pred``: weighted mean predicted probability in the bucket; ``ctr``: observed
-    click-through rate; ``count``: total weight (NaN means where a bucket is empty).
-    """
-
-    mean_pred: np.ndarray
-    ctr: np.ndarray
-    count: np.ndarray
-
-
-def reliability_by_rank(
-    probs: ArrayLike,
-    clicks: ArrayLike,
-    mask: ArrayLike | None = None,
-    *,
-    sample_weight: ArrayLike | None = None,
-    n_bins: int = 100,
-) -> ReliabilityByRank:
-    """Reliability diagram per rank (Borisov et al. 2018, Fig. 1): bucket ``i`` holds the
-    predictions in ``[i / N, (i + 1) / N)`` (the last one includes 1).
-
-    Raises:
-        ValueError: on bad probabilities / clicks / weights, or ``n_bins < 1``.
-    """
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
-    p, c, m, w = _check_probs_clicks(probs, clicks, mask, sample_weight)
-    rows = _shapes.padded_size(p.shape[0], total=p.size)
-    p, c, m, w = _shapes.pad_rows(rows, p, c, m, w)  # padded rows: masked, weight 0
-    out = _reliability(p, c, m, w, n_bins)
-    count, psum, csum = (np.asarray(a, np.float64) for a in out)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_pred = np.where(count > 0, psum / count, np.nan)
-        ctr = np.where(count > 0, csum / count, np.nan)
-    return ReliabilityByRank(mean_pred, ctr, count)
-
-
-@jit(static_argnames=("n_bins",))
-def _reliability(p, c, m, w, n_bins):
-    S, n = p.shape
-    b = jnp.clip(jnp.floor(p * n_bins).astype(jnp.int32), 0, n_bins - 1)
-    seg = (jnp.arange(n)[None, :] * n_bins + b).reshape(-1)
-    wm = jnp.where(m, w[:, None], 0.0).reshape(-1)
-
-    def total(v):
-        return jax.ops.segment_sum(v, seg, num_segments=n * n_bins).reshape(n, n_bins)
-
-    return total(wm), total(wm * p.reshape(-1)), total(wm * c.reshape(-1))
-
-
-def plot_reliability_by_rank(
-    diagrams: dict[str, ReliabilityByRank] | ReliabilityByRank,
-    path: str | os.PathLike,
-    *,
-    ranks: tuple[int, ...] = (1, 3, 5),
-    title: str | None = None,
-) -> None:
-    """Write a PNG with one panel per rank (1-based ``ranks``): observed CTR against the
-    predicted probability per bucket, for one or several named diagrams (e.g.
-    ``{"uncalibrated": ..., "calibrated": ...}``), with the diagonal.
-
-    Raises:
-        ImportError: when matplotlib is not installed (the optional ``plot`` extra).
-        ValueError: on ranks outside the diagram.
-    """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("plotting needs matplotlib: pip install matplotlib") from exc
-    if isinstance(diagrams, ReliabilityByRank):
-        diagrams = {"model": diagrams}
-    n = next(iter(diagrams.values())).ctr.shape[0]
-    bad = [r for r in ranks if not 1 <= r <= n]
-    if bad:
-        raise ValueError(f"ranks must lie in 1..{n}; got {bad}.")
-    fig = Figure(figsize=(4.0 * len(ranks), 4.0))
-    FigureCanvasAgg(fig)
-    for i, r in enumerate(ranks):
-        ax = fig.add_subplot(1, len(ranks), i + 1)
-        ax.plot([0, 1], [0, 1], color="#999999", lw=1, ls="--")
-        for name, d in diagrams.items():
-            ok = d.count[r - 1] > 0
-            ax.plot(d.mean_pred[r - 1][ok], d.ctr[r - 1][ok], marker="o", ms=3, lw=1, label=name)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("predicted click probability")
-        ax.set_ylabel("observed CTR" if i == 0 else "")
-        ax.set_title(f"rank {r}")
-        if i == 0:
-            ax.legend(loc="upper left", fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=100)

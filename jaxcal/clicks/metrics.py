@@ -1,4 +1,4 @@
-"""Evaluation metrics of click models: log-likelihood, perplexity, CTR error.
+"""Evaluation metrics of click models: log-likelihood, perplexity, CTR error, reliability.
 
 * Log-likelihood of a log under a model: ``sum_s w_s sum_r log P(C_r = c_r | C_<r)`` from the
   *conditional* probabilities (the exact probability of the whole click vector).
@@ -8,6 +8,8 @@
   this is the standard metric; with conditional ones it is the conditional perplexity.
 * CTR error: per rank, the difference between the mean predicted click probability and the
   observed click-through rate.
+* Reliability by rank (Borisov et al. 2018, Fig. 1): per rank, the observed click-through
+  rate in equal-width buckets of the predicted probability.
 
 All functions take ``[S, n]`` arrays, an optional ``[S, n]`` mask (padding) and optional
 ``[S]`` session weights (the multiplicities of a deduplicated log). They are jitted and
@@ -25,8 +27,17 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal.clicks._base import check_click_arrays
+from jaxcal.metrics.calibration import binned_stats
 
-__all__ = ["perplexity", "log_likelihood", "ctr_error", "PerplexityResult"]
+__all__ = [
+    "perplexity",
+    "log_likelihood",
+    "ctr_error",
+    "reliability_by_rank",
+    "PerplexityResult",
+    "ReliabilityByRank",
+]
 
 
 class PerplexityResult(NamedTuple):
@@ -39,25 +50,7 @@ class PerplexityResult(NamedTuple):
 def _check(probs, clicks, mask, sample_weight, eps):
     """Validate eagerly; return NumPy arrays with the sessions padded to their bucket (masked
     rows of weight 0, which add nothing to any sum) and the number of real sessions."""
-    p = np.asarray(probs, np.float64)
-    if p.ndim != 2 or p.size == 0:
-        raise ValueError(f"probs must be a non-empty [S, n] array; got shape {p.shape}.")
-    c = np.asarray(clicks)
-    if c.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but clicks {c.shape}.")
-    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask).astype(bool)
-    if m.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but mask {m.shape}.")
-    if not m.any():
-        raise ValueError("mask selects no results.")
-    pm = p[m]
-    if not np.isfinite(pm).all() or (pm < 0).any() or (pm > 1).any():
-        raise ValueError("probs must be finite probabilities in [0, 1] on unmasked entries.")
-    if not np.isin(c[m], (0, 1)).all():
-        raise ValueError("clicks must be 0/1.")
-    w = np.ones(p.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    if w.shape != (p.shape[0],) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"sample_weight must be [{p.shape[0]}] non-negative with positive sum.")
+    p, c, m, w = check_click_arrays(probs, clicks, mask, sample_weight)
     eps = float(eps)
     if not 0 <= eps < 0.5:
         raise ValueError(f"eps must lie in [0, 0.5); got {eps}.")
@@ -198,3 +191,59 @@ def _ctr_error(p, c, m, w):
     err = jnp.where(present, err, jnp.nan)
     rmse = jnp.sqrt(jnp.sum(jnp.where(present, err**2, 0.0)) / jnp.sum(present))
     return rmse, err
+
+
+class ReliabilityByRank(NamedTuple):
+    """Per-rank reliability diagram: ``[n, n_bins]`` arrays.
+
+    ``mean_pred``: weighted mean predicted probability in the bucket; ``ctr``: observed
+    click-through rate; ``count``: total weight (NaN means where a bucket is empty).
+    """
+
+    mean_pred: np.ndarray
+    ctr: np.ndarray
+    count: np.ndarray
+
+
+def reliability_by_rank(
+    probs: ArrayLike,
+    clicks: ArrayLike,
+    mask: ArrayLike | None = None,
+    *,
+    sample_weight: ArrayLike | None = None,
+    n_bins: int = 100,
+) -> ReliabilityByRank:
+    """Reliability diagram per rank (Borisov et al. 2018, Fig. 1): bucket ``i`` holds the
+    predictions in ``[i / N, (i + 1) / N)`` (the last one includes 1), binned at every rank
+    by :func:`jaxcal.metrics.calibration.binned_stats` (the core of
+    :func:`jaxcal.metrics.reliability`).
+
+    Args:
+        probs: ``[S, n]`` predicted ``P(C_r = 1)``.
+        clicks, mask, sample_weight: as in :func:`perplexity`.
+        n_bins: number of buckets ``N`` (default 100, as in the paper).
+
+    Returns:
+        :class:`ReliabilityByRank` of ``[n, n_bins]`` NumPy arrays.
+
+    Raises:
+        ValueError: on bad probabilities / clicks / weights, or ``n_bins < 1``.
+    """
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")
+    edges = np.arange(n_bins + 1) / n_bins  # exactly i / N (np.linspace can be 1 ulp off)
+    (p, c, m, w, _), _ = _check(probs, clicks, mask, sample_weight, 0.0)
+    out = _reliability_by_rank(p, c, m, w, edges)
+    count, psum, csum = (np.asarray(a, np.float64) for a in out)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_pred = np.where(count > 0, psum / count, np.nan)
+        ctr = np.where(count > 0, csum / count, np.nan)
+    return ReliabilityByRank(mean_pred, ctr, count)
+
+
+@jit
+def _reliability_by_rank(p, c, m, w, edges):
+    """Per-rank ``[n, n_bins]`` total weight and weighted sums of predictions and clicks."""
+    wm = jnp.where(m, w[:, None], 0.0)
+    stats = jax.vmap(binned_stats, in_axes=(1, 1, None, 1))(p, c, edges, wm)
+    return stats.weight, stats.sum_probs, stats.sum_labels

@@ -1,4 +1,4 @@
-"""Where the shared reference data lives: ``$JAXCAL_DATA_DIR``, else ``../shared/data``."""
+"""Where the reference data sets (Coat, the TianGong-ST demo log) are read from."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ __all__ = ["default_data_dir"]
 
 
 def default_data_dir() -> Path:
-    """``$JAXCAL_DATA_DIR`` if set; else ``../shared/data`` from the working directory; else
-    ``../shared/data`` next to the source checkout (editable installs). Never copied into
-    the package."""
+    """The data directory: ``$JAXCAL_DATA_DIR`` if set. Without it, a development checkout
+    finds the data in a ``shared/data`` folder beside it (looked up from the working
+    directory, then from the source tree). The data is never copied into the package."""
     env = os.environ.get("JAXCAL_DATA_DIR")
     if env:
         return Path(env)

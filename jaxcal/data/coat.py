@@ -122,11 +122,11 @@ def load_coat(path: str | os.PathLike | None = None) -> CoatData:
 
     The directory holds ``train.ascii``, ``test.ascii``, ``propensities.ascii`` (each 290 x
     300, whitespace-separated) and ``user_item_features/{user,item}_features{.ascii,_map.txt}``,
-    as in the authors' archive and the ``shared/data/coat`` copy.
+    as in the authors' archive.
 
     Args:
-        path: the Coat directory; default ``default_data_dir() / "coat"``, i.e.
-            ``$JAXCAL_DATA_DIR/coat`` or ``../shared/data/coat``.
+        path: the Coat directory; default ``default_data_dir() / "coat"`` (the data
+            directory is ``$JAXCAL_DATA_DIR``; see :func:`jaxcal.data.default_data_dir`).
 
     Returns:
         A :class:`CoatData` of NumPy arrays.

@@ -27,6 +27,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal.data.triples import Interactions
+from jaxcal.losses import implied_base_rate
 
 __all__ = [
     "binarize",
@@ -366,8 +367,6 @@ def calibration_pairs(
         ValueError: shape mismatch, no validation positives, ``n_negatives < 1``, or a user
             without enough allowed items.
     """
-    from jaxcal.debias.base_rate import implied_base_rate
-
     v = _as_matrix(valid, "valid") != 0
     t = _as_matrix(train, "train") != 0
     if v.shape != t.shape:

@@ -13,12 +13,16 @@ __all__ = ["Interactions", "load_triples"]
 
 
 class Interactions(NamedTuple):
-    """Observed (user, item, rating) triples with 0-based ids.
+    """Observed (user, item, rating) triples with 0-based ids: the one interaction type of
+    jaxcal (data sets, preprocessing, propensities and the ranking models).
 
     Attributes:
-        user: ``[n]`` int64 user ids in ``[0, n_users)``.
-        item: ``[n]`` int64 item ids in ``[0, n_items)``.
-        rating: ``[n]`` int64 ratings (explicit 1..5, or 0/1 after binarisation).
+        user: ``[n]`` integer user ids in ``[0, n_users)``.
+        item: ``[n]`` integer item ids in ``[0, n_items)``.
+        rating: ``[n]`` ratings: int64 from the readers and :meth:`create` (explicit 1..5,
+            or 0/1 after binarisation); float64 interaction strengths in the positives the
+            ranking models train on (``jaxcal.recsys``, which sums duplicate pairs and keeps
+            int32 ids, sorted by ``(user, item)``).
         n_users: number of users (rows of the dense matrix).
         n_items: number of items (columns of the dense matrix).
 
@@ -96,10 +100,19 @@ class Interactions(NamedTuple):
         return cls(u.astype(np.int64), i.astype(np.int64), m[u, i].astype(np.int64), *m.shape)
 
     def to_dense(self, *, fill: int = 0) -> np.ndarray:
-        """The ``[n_users, n_items]`` int64 rating matrix (``fill`` where no triple)."""
-        out = np.full((self.n_users, self.n_items), fill, dtype=np.int64)
+        """The ``[n_users, n_items]`` rating matrix, in the ratings' dtype (``fill`` where no
+        triple)."""
+        out = np.full((self.n_users, self.n_items), fill, dtype=self.rating.dtype)
         out[self.user, self.item] = self.rating
         return out
+
+    @property
+    def degrees(self) -> tuple[np.ndarray, np.ndarray]:
+        """Number of triples per user ``[n_users]`` and per item ``[n_items]``."""
+        return (
+            np.bincount(self.user, minlength=self.n_users),
+            np.bincount(self.item, minlength=self.n_items),
+        )
 
     @property
     def size(self) -> int:

@@ -1,11 +1,11 @@
-"""Unbiased fitting on missing-not-at-random feedback: propensities, loss weightings and
-base-rate (prior-shift) corrections. Names load lazily, so that ``jaxcal.debias.losses``
-can be imported by the calibrators without pulling in modules that import them back."""
+"""Unbiased fitting on missing-not-at-random feedback: propensities, base-rate (prior-shift)
+corrections, and the loss weightings of :mod:`jaxcal.losses` (re-exported here). Names load
+lazily: importing the package imports none of its modules."""
 
 from jaxcal._lazy import lazy_exports
 
 _BASE_RATE = "jaxcal.debias.base_rate"
-_LOSSES = "jaxcal.debias.losses"
+_LOSSES = "jaxcal.losses"
 _PROPENSITY = "jaxcal.debias.propensity"
 _MODELS = "jaxcal.debias.propensity_models"
 
@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "naive_bayes_propensity": _MODELS,
         "LogisticPropensity": _MODELS,
         "logistic_propensity": _MODELS,
-        "implied_base_rate": _BASE_RATE,
+        "implied_base_rate": _LOSSES,
         "negative_sampling_base_rate": _BASE_RATE,
         "BaseRateCorrected": _BASE_RATE,
         "prior_shift_correction": _BASE_RATE,

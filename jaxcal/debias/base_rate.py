@@ -1,15 +1,9 @@
 r"""Base rates implied by a calibration set, and a prior-shift correction from a MAR sample.
 
-**Implied base rate.** Every loss weighting in :mod:`jaxcal.debias.losses` minimises
-:math:`\sum_i w_i[\operatorname{softplus}(z_i) - t_i z_i]`. The best *constant* calibrator
-:math:`z_i \equiv z` solves :math:`\sum_i w_i(\sigma(z) - t_i) = 0`, so its probability is
-
-.. math::  \pi = \frac{\sum_i w_i t_i}{\sum_i w_i},
-
-the level that any calibration map fitted on the same data inherits (a flexible map is
-level-consistent: its weighted mean prediction on the fitting data equals :math:`\pi` for
-Platt-type maps with an intercept, exactly, by the same score equation). Under IPS
-:math:`\pi` can exceed 1 when the propensities are too small; it is reported as is.
+**Implied base rate** (:func:`jaxcal.losses.implied_base_rate`, also in ``jaxcal.debias``):
+the level :math:`\pi = \sum_i w_i t_i / \sum_i w_i` that any calibration map fitted with a
+loss weighting inherits from its calibration pairs. :func:`negative_sampling_base_rate` gives it
+in closed form for sampled negatives.
 
 **Prior-shift correction.** When the level is wrong (relative propensities, negative
 sampling) but the shape is right, the fix is a logit shift: :math:`p'(s) =
@@ -31,55 +25,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._fitdata import maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._shapes import map_padded, pad_rows, padded_size
-from jaxcal._validation import check_fit_inputs, check_labels, check_propensity
-from jaxcal._validation import check_sample_weight as _check_weight
-from jaxcal.calibrators._base import maybe_check_scores
-from jaxcal.debias.losses import LOSSES, check_loss, loss_targets_weights
+from jaxcal._validation import check_fit_inputs
+from jaxcal.losses import LOSSES
 
 __all__ = [
-    "implied_base_rate",
     "negative_sampling_base_rate",
     "BaseRateCorrected",
     "prior_shift_correction",
 ]
-
-
-def implied_base_rate(
-    labels: ArrayLike,
-    *,
-    propensity: ArrayLike | None = None,
-    sample_weight: ArrayLike | None = None,
-    loss: str = "naive",
-) -> float:
-    r"""The base rate :math:`\sum_i w_i t_i / \sum_i w_i` a calibrator fitted with ``loss``
-    inherits from these labels (see the module docstring).
-
-    Args:
-        labels: ``[n]`` 0/1 labels of the calibration pairs.
-        propensity: ``[n]`` propensities in (0, 1] (required unless ``loss="naive"``).
-        sample_weight: ``[n]`` non-negative weights (e.g. ``CalibrationPairs.negative_weight``).
-        loss: ``"naive"``, ``"ips"``, ``"ips_positive"`` or ``"snips"``.
-
-    Returns:
-        The implied base rate (may exceed 1 under ``"ips"`` with too small propensities).
-
-    Raises:
-        ValueError: bad labels, weights or propensities, unknown loss.
-
-    Example:
-        >>> implied_base_rate(np.r_[1, 0, 0, 0])
-        0.25
-    """
-    y = check_labels(labels)
-    check_loss(loss, propensity)
-    v = _check_weight(sample_weight, y.shape[0])
-    omega = None if propensity is None else check_propensity(propensity, y.shape[0])
-    t, w = loss_targets_weights(y, propensity=omega, sample_weight=v, loss=loss)
-    t, w = np.asarray(t), np.asarray(w)
-    return float(np.sum(w * t) / np.sum(w))
 
 
 def negative_sampling_base_rate(

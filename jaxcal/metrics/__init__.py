@@ -1,5 +1,7 @@
 """Metrics: calibration (ECE, MCE, NLL, Brier, reliability), discrimination (AUC),
-field-level calibration (Pan et al. 2020), ECE estimators, and ``jaxcal.metrics.ranking``."""
+field-level calibration (Pan et al. 2020), ECE estimators, and per-user ranking metrics
+(``ndcg_at_k``, ``recall_at_k``; the per-user AUC is ``jaxcal.metrics.ranking.auc``, apart
+from the pooled binary ``auc``)."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -19,5 +21,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "field_rce": "jaxcal.metrics.field",
         "debiased_ece": "jaxcal.metrics.ece_estimators",
         "smooth_ece": "jaxcal.metrics.ece_estimators",
+        "ranking": "jaxcal.metrics.ranking",
+        "ndcg_at_k": "jaxcal.metrics.ranking",
+        "recall_at_k": "jaxcal.metrics.ranking",
     },
 )

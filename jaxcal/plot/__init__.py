@@ -12,5 +12,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "score_histograms": "jaxcal.plot.maps",
         "posterior_reliability_diagram": "jaxcal.plot.bayes",
         "posterior_map": "jaxcal.plot.bayes",
+        "reliability_by_rank_diagram": "jaxcal.plot.clicks",
     },
 )

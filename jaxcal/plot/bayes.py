@@ -14,6 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._validation import check_labels, check_scores
+from jaxcal.plot._figure import new_figure, save_figure
 
 __all__ = ["posterior_reliability_diagram", "posterior_map"]
 
@@ -69,8 +70,6 @@ def posterior_reliability_diagram(
         ValueError: invalid data, ``level`` or a batched posterior.
         ImportError: matplotlib is not installed.
     """
-    from jaxcal.plot._figure import new_figure, save_figure
-
     _check_unbatched(posterior)
     level = _check_level(level)
     s = check_scores(scores)
@@ -145,8 +144,6 @@ def posterior_map(
         ValueError: invalid inputs, ``level`` or a batched posterior.
         ImportError: matplotlib is not installed.
     """
-    from jaxcal.plot._figure import new_figure, save_figure
-
     _check_unbatched(posterior)
     level = _check_level(level)
     if int(n_grid) < 2:

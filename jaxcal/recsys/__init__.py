@@ -24,6 +24,5 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "NeuMFModel": "jaxcal.recsys.ncf",
         "PopularityModel": "jaxcal.recsys.popularity",
         "propagate": "jaxcal.recsys.lightgcn",
-        "popularity_propensity": "jaxcal.recsys.ubpr",
     },
 )

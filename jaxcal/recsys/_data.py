@@ -1,6 +1,6 @@
 """Training data for the ranking models: eager validation and on-device (u, i, j) sampling.
 
-``as_interactions`` turns any accepted ``train`` input into an ``InteractionData`` of
+``as_interactions`` turns any accepted ``train`` input into ``jaxcal.data.Interactions`` of
 sorted, de-duplicated positive pairs (validated in NumPy, before any ``jit``).
 ``SamplerTables`` holds the device arrays the jitted samplers need; ``sample_triples``
 draws LearnBPR triples (Rendle et al. 2009) entirely with ``jax.random``:
@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal import _shapes
+from jaxcal.data.triples import Interactions
 
 __all__ = [
-    "InteractionData",
     "Sizes",
     "SamplerTables",
     "as_interactions",
@@ -78,39 +78,6 @@ class Sizes:
         return self.max_degree if self.max_degree > 0 else self.n_items
 
 
-class InteractionData(NamedTuple):
-    """Validated positive user-item pairs (NumPy), sorted by ``(user, item)``, unique.
-
-    Attributes:
-        users: ``[nnz]`` int32 user ids.
-        items: ``[nnz]`` int32 item ids.
-        values: ``[nnz]`` float64 interaction strengths (1 for 0/1 input; ratings or counts
-            otherwise; summed over duplicate pairs). Only WR-MF uses them (confidence).
-        n_users: number of users.
-        n_items: number of items.
-    """
-
-    users: np.ndarray
-    items: np.ndarray
-    values: np.ndarray
-    n_users: int
-    n_items: int
-
-    @property
-    def degrees(self) -> tuple[np.ndarray, np.ndarray]:
-        """Number of positives per user ``[n_users]`` and per item ``[n_items]``."""
-        return (
-            np.bincount(self.users, minlength=self.n_users),
-            np.bincount(self.items, minlength=self.n_items),
-        )
-
-    def dense(self) -> np.ndarray:
-        """The ``[n_users, n_items]`` 0/1 matrix of positives (small data only)."""
-        out = np.zeros((self.n_users, self.n_items))
-        out[self.users, self.items] = 1.0
-        return out
-
-
 def _check_size(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
         raise ValueError(f"{name} must be a positive integer; got {value!r}.")
@@ -136,7 +103,7 @@ def _check_ids(ids: Any, name: str) -> np.ndarray:
 
 def as_interactions(
     train: Any, *, n_users: int | None = None, n_items: int | None = None
-) -> InteractionData:
+) -> Interactions:
     """Validate ``train`` and return its positive pairs.
 
     Args:
@@ -145,15 +112,15 @@ def as_interactions(
               interactions (binarise ratings first, e.g. ``coat.train >= 4``); their values
               are kept as interaction strengths;
             * a tuple ``(users, items)`` or ``(users, items, values)`` of 1-D arrays;
-            * ``jaxcal.data.Interactions`` (``user``, ``item``, ``rating`` triples; every
-              non-zero rating is a positive, so binarise explicit ratings first with
-              ``jaxcal.data.binarize``), or any object with ``users`` / ``items`` (and
-              optionally ``values`` / ``n_users`` / ``n_items``) attributes.
+            * ``jaxcal.data.Interactions`` (every non-zero rating is a positive, so binarise
+              explicit ratings first with ``jaxcal.data.binarize``; the result of this
+              function is accepted too).
         n_users: number of users (pairs input; default ``max(users) + 1``).
         n_items: number of items (pairs input; default ``max(items) + 1``).
 
     Returns:
-        ``InteractionData`` with unique pairs sorted by ``(user, item)``.
+        ``jaxcal.data.Interactions`` of the positives: unique pairs sorted by
+        ``(user, item)``, int32 ids, float64 strengths as ``rating``.
 
     Raises:
         ValueError: on NaN/inf or negative values, non-integer or out-of-range ids, length
@@ -161,17 +128,10 @@ def as_interactions(
     """
     if train is None:
         raise ValueError("train is required; got None.")
-    if hasattr(train, "user") and hasattr(train, "item") and hasattr(train, "rating"):
-        # jaxcal.data.Interactions: (user, item, rating) triples; rating 0 = not positive
-        n_users = n_users if n_users is not None else getattr(train, "n_users", None)
-        n_items = n_items if n_items is not None else getattr(train, "n_items", None)
+    if isinstance(train, Interactions):  # rating 0 = not a positive
+        n_users = train.n_users if n_users is None else n_users
+        n_items = train.n_items if n_items is None else n_items
         train = (train.user, train.item, train.rating)
-    elif hasattr(train, "users") and hasattr(train, "items"):
-        values = getattr(train, "values", None)
-        values = None if callable(values) else values
-        n_users = n_users if n_users is not None else getattr(train, "n_users", None)
-        n_items = n_items if n_items is not None else getattr(train, "n_items", None)
-        train = (train.users, train.items) if values is None else (train.users, train.items, values)
     if isinstance(train, tuple | list):
         if len(train) not in (2, 3):
             raise ValueError(
@@ -231,10 +191,10 @@ def as_interactions(
     if key.size > 1 and not (np.diff(key) > 0).all():  # pairs input: sort, sum duplicates
         key, inverse = np.unique(key, return_inverse=True)
         values = np.bincount(inverse, weights=values, minlength=key.size)
-    return InteractionData(
-        users=(key // n_items).astype(np.int32),
-        items=(key % n_items).astype(np.int32),
-        values=values,
+    return Interactions(
+        user=(key // n_items).astype(np.int32),
+        item=(key % n_items).astype(np.int32),
+        rating=values,
         n_users=int(n_users),
         n_items=int(n_items),
     )
@@ -273,7 +233,7 @@ def bitmap_words(n_items: int) -> int:
 
 
 def sampler_tables(
-    data: InteractionData,
+    data: Interactions,
     *,
     need_negatives: bool = True,
     max_bitmap_bytes: int = MAX_BITMAP_BYTES,
@@ -303,18 +263,18 @@ def sampler_tables(
                 f"be sampled for it ({full.size} such user(s)); drop them or add items."
             )
     indptr = np.concatenate([[0], np.cumsum(deg_u)]).astype(np.int64)
-    owner = data.users.astype(np.int64)
-    nnz = data.users.size
+    owner = data.user.astype(np.int64)
+    nnz = data.user.size
     within = np.arange(nnz) - indptr[owner]
-    shifted = (data.items - within).astype(np.int32)
+    shifted = (data.item - within).astype(np.int32)
     size = _shapes.padded_size(nnz)
 
     def pairs(a):  # a per-pair array, padded to the bucket size and put on the device
         return jax.device_put(_shapes.pad_axis(np.asarray(a, np.int32), size, 0))
 
     tables = SamplerTables(
-        users=pairs(data.users),
-        items=pairs(data.items),
+        users=pairs(data.user),
+        items=pairs(data.item),
         indptr=jax.device_put(indptr.astype(np.int32)),
         shifted=pairs(shifted),
         n_pairs=jax.device_put(np.int32(nnz)),
@@ -326,11 +286,11 @@ def sampler_tables(
     return tables._replace(bitmap=jax.device_put(bitmap), remap=pairs(remap))
 
 
-def _bitmap_tables(data: InteractionData, indptr: np.ndarray, deg_u: np.ndarray):
+def _bitmap_tables(data: Interactions, indptr: np.ndarray, deg_u: np.ndarray):
     """The packed bitmap with per-word CSR positions, and the tail remap (see module doc)."""
     n_words = bitmap_words(data.n_items)
-    items = data.items.astype(np.int64)
-    word = data.users.astype(np.int64) * n_words + items // 32
+    items = data.item.astype(np.int64)
+    word = data.user.astype(np.int64) * n_words + items // 32
     # pairs are unique, so the bits of a word are distinct powers of two: their float64
     # sum (< 2^32) is exact
     bits = np.bincount(word, weights=2.0 ** (items % 32), minlength=data.n_users * n_words)
@@ -339,7 +299,7 @@ def _bitmap_tables(data: InteractionData, indptr: np.ndarray, deg_u: np.ndarray)
     bitmap = np.stack([bits.astype(np.uint32).view(np.int32), first.astype(np.int32)], axis=1)
     # tail remap: user u's candidates are the items I - m_u + t, t = 0..m_u - 1, laid out
     # on u's CSR segment; its non-positive candidates, in order, fill remap[indptr[u] + k]
-    owner = data.users.astype(np.int64)
+    owner = data.user.astype(np.int64)
     cand = data.n_items - deg_u[owner] + (np.arange(owner.size) - indptr[owner])
     cand_word = owner * n_words + cand // 32
     is_pos = (bits.astype(np.uint64)[cand_word] >> (cand % 32).astype(np.uint64)) & 1

@@ -35,7 +35,8 @@ import optax
 from jax.typing import ArrayLike
 
 from jaxcal._jit import jit
-from jaxcal.recsys._data import InteractionData, as_interactions
+from jaxcal.data.triples import Interactions
+from jaxcal.recsys._data import as_interactions
 
 __all__ = [
     "Ranker",
@@ -249,7 +250,7 @@ class Ranker:
     def _validate(self) -> None:  # pragma: no cover - overridden
         """Check the hyperparameters; raise ValueError naming the bad one."""
 
-    def _prepare(self, data: InteractionData, **fit_kwargs: Any) -> Any:  # pragma: no cover
+    def _prepare(self, data: Interactions, **fit_kwargs: Any) -> Any:  # pragma: no cover
         """Validate fit-time inputs and build the device arrays ``aux`` for the core."""
         raise NotImplementedError
 

@@ -20,7 +20,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxcal.recsys._data import InteractionData, Sizes, sample_triples, sampler_tables
+from jaxcal.data.triples import Interactions
+from jaxcal.recsys._data import Sizes, sample_triples, sampler_tables
 from jaxcal.recsys._fitted import FactorModel
 from jaxcal.recsys._train import GradientRanker, init_factors
 
@@ -95,7 +96,7 @@ class BPRMF(GradientRanker):
     NEGATIVES = "non_positive"
     SPARSE_SGD = True  # optimizer="sgd" updates only the sampled rows (LearnBPR's update)
 
-    def _prepare(self, data: InteractionData) -> dict:
+    def _prepare(self, data: Interactions) -> dict:
         tables = sampler_tables(data, need_negatives=self.NEGATIVES == "non_positive")
         # the static bound of the binary searches (only used without the bitmap tables),
         # rounded to its octave: the same searches, fewer programs

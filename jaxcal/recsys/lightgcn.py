@@ -21,7 +21,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal.recsys._data import InteractionData
+from jaxcal.data.triples import Interactions
 from jaxcal.recsys._fitted import FactorModel
 from jaxcal.recsys._train import _check_int
 from jaxcal.recsys.bpr import BPRMF
@@ -37,17 +37,17 @@ class Graph(NamedTuple):
     weights: jax.Array  # [nnz (padded)] 1 / sqrt(deg_u deg_i), 0 on padding
 
 
-def build_graph(data: InteractionData) -> Graph:
+def build_graph(data: Interactions) -> Graph:
     """Edge list with symmetric normalisation :math:`1/\\sqrt{|N_u||N_i|}`.
 
     The edges are padded to the bucket size of ``nnz`` (``jaxcal._shapes``) with edges
     ``(0, 0)`` of weight 0, which add exact zeros to the propagation sums.
     """
     deg_u, deg_i = data.degrees
-    w = 1.0 / np.sqrt(deg_u[data.users].astype(np.float64) * deg_i[data.items])
+    w = 1.0 / np.sqrt(deg_u[data.user].astype(np.float64) * deg_i[data.item])
     size = _shapes.padded_size(w.size)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
-    edges = (data.users.astype(np.int32), data.items.astype(np.int32), w.astype(dtype))
+    edges = (data.user.astype(np.int32), data.item.astype(np.int32), w.astype(dtype))
     return Graph(*(jax.device_put(_shapes.pad_axis(a, size, 0)) for a in edges))
 
 
@@ -100,7 +100,7 @@ class LightGCN(BPRMF):
         self._validate_common()
         _check_int(self.n_layers, "n_layers", minimum=0)
 
-    def _prepare(self, data: InteractionData) -> dict:
+    def _prepare(self, data: Interactions) -> dict:
         aux = super()._prepare(data)
         aux["graph"] = build_graph(data)
         return aux

@@ -67,5 +67,5 @@ class Popularity:
         """Count each item's positives (validated like every other model's ``fit``)."""
         data = as_interactions(train, n_users=n_users, n_items=n_items)
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        counts = np.bincount(data.items, minlength=data.n_items).astype(dtype)  # host: no jit
+        counts = np.bincount(data.item, minlength=data.n_items).astype(dtype)  # host: no jit
         return PopularityModel(jax.device_put(counts), n_users=data.n_users)

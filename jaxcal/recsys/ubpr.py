@@ -27,37 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.recsys._data import InteractionData, is_positive
+from jaxcal.data.triples import Interactions
+from jaxcal.debias.propensity import popularity_propensity
+from jaxcal.recsys._data import is_positive
 from jaxcal.recsys.bpr import BPRMF, bpr_loss
 
-__all__ = ["UBPR", "popularity_propensity", "is_positive"]
-
-
-def popularity_propensity(
-    train: Any, *, power: float = 0.5, clip: float = 0.1, n_items: int | None = None
-) -> np.ndarray:
-    r"""Item propensities from popularity: :math:`\omega_i = \max((n_i / \max_j n_j)^{p},
-    c)` with :math:`n_i` the item's number of positives (Saito 2020; Kweon et al. 2022 use
-    ``power=0.5``, ``clip=0.1``).
-
-    Args:
-        train: training interactions (any input ``fit`` accepts).
-        power: exponent ``p`` (> 0).
-        clip: lower bound ``c`` in (0, 1].
-        n_items: number of items (pairs input only).
-
-    Returns:
-        ``[n_items]`` float64 propensities in ``[clip, 1]``.
-    """
-    from jaxcal.recsys._data import as_interactions
-
-    if not (np.isfinite(power) and power > 0):
-        raise ValueError(f"power must be > 0; got {power!r}.")
-    if not (np.isfinite(clip) and 0 < clip <= 1):
-        raise ValueError(f"clip must lie in (0, 1]; got {clip!r}.")
-    data = as_interactions(train, n_items=n_items)
-    counts = np.bincount(data.items, minlength=data.n_items).astype(np.float64)
-    return np.maximum((counts / counts.max()) ** power, clip)
+__all__ = ["UBPR"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +41,7 @@ class UBPR(BPRMF):
 
     Same hyperparameters as ``BPRMF``. ``fit`` takes ``propensity=``: ``[n_items]`` item
     propensities or a ``[n_users, n_items]`` matrix, all in (0, 1]; default
-    ``popularity_propensity(train)``. Each sampled triple gets weight
+    ``jaxcal.debias.popularity_propensity(train)``. Each sampled triple gets weight
     :math:`(1/\\omega_{ui})(1 - Y_{uj}/\\omega_{uj})` in the BPR loss.
 
     Example:
@@ -82,10 +57,10 @@ class UBPR(BPRMF):
         """Fit; ``propensity`` as in the class docstring (see ``BPRMF.fit`` for the rest)."""
         return super().fit(train, key=key, propensity=propensity, **kw)
 
-    def _prepare(self, data: InteractionData, propensity: ArrayLike | None = None) -> dict:
+    def _prepare(self, data: Interactions, propensity: ArrayLike | None = None) -> dict:
         aux = super()._prepare(data)
         if propensity is None:
-            omega = popularity_propensity((data.users, data.items), n_items=data.n_items)
+            omega = popularity_propensity(data)
         else:
             omega = np.asarray(propensity, dtype=np.float64)
             if omega.shape not in ((data.n_items,), (data.n_users, data.n_items)):

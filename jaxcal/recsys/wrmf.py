@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal import _shapes
-from jaxcal.recsys._data import InteractionData, Sizes
+from jaxcal.data.triples import Interactions
+from jaxcal.recsys._data import Sizes
 from jaxcal.recsys._fitted import FactorModel
 from jaxcal.recsys._train import Ranker, _check_int, _check_positive, init_factors
 
@@ -60,12 +61,12 @@ def _padded(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n_rows: int)
     return Neighbours(*(jax.device_put(a) for a in (index, value.astype(dtype), valid)))
 
 
-def _pairs(data: InteractionData) -> tuple[jax.Array, ...]:
+def _pairs(data: Interactions) -> tuple[jax.Array, ...]:
     """``(users, items, values, valid)`` of the positive pairs, padded to the bucket size of
     ``nnz`` (padding: pair ``(0, 0)``, value 0, ``valid = False``)."""
-    size = _shapes.padded_size(data.users.size)
+    size = _shapes.padded_size(data.user.size)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
-    arrays = (data.users, data.items, data.values.astype(dtype), np.ones(data.users.size, bool))
+    arrays = (data.user, data.item, data.rating.astype(dtype), np.ones(data.user.size, bool))
     return tuple(jax.device_put(_shapes.pad_axis(a, size, 0)) for a in arrays)
 
 
@@ -140,10 +141,10 @@ class WRMF(Ranker):
         _check_int(self.n_iters, "n_iters")
         _check_positive(self.init_scale, "init_scale")
 
-    def _prepare(self, data: InteractionData) -> dict:
+    def _prepare(self, data: Interactions) -> dict:
         return {
-            "by_user": _padded(data.users, data.items, data.values, data.n_users),
-            "by_item": _padded(data.items, data.users, data.values, data.n_items),
+            "by_user": _padded(data.user, data.item, data.rating, data.n_users),
+            "by_item": _padded(data.item, data.user, data.rating, data.n_items),
             "pairs": _pairs(data),
             "sizes": Sizes(data.n_users, data.n_items),
         }

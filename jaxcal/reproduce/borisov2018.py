@@ -41,7 +41,8 @@ from jaxcal.clicks import (
     reliability_by_rank,
     simulate,
 )
-from jaxcal.clicks.calibration import plot_reliability_by_rank
+from jaxcal.data import default_data_dir
+from jaxcal.plot.clicks import reliability_by_rank_diagram
 
 __all__ = ["PRIORS", "add_arguments", "run", "run_study", "simulated_logs", "tiangong_logs"]
 
@@ -158,7 +159,7 @@ def run_study(
             }
             path = Path(out) / f"{name}_{m}_reliability.png"
             try:
-                plot_reliability_by_rank(
+                reliability_by_rank_diagram(
                     diagrams, path, title=f"{m}, prior {base.prior}, {name} test log"
                 )
             except ImportError:  # pragma: no cover - plot extra not installed
@@ -230,8 +231,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study; write results.json, tables.md and reliability PNGs to ``args.out``."""
-    from jaxcal.data import default_data_dir
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     models = tuple(m.strip().upper() for m in args.models.split(",") if m.strip())

@@ -34,16 +34,16 @@ from numpyro.distributions import constraints
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal._pytree import join_hyperparameters, split_hyperparameters
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_fit_inputs
+from jaxcal.bayes.scoremodel import fit_scoremodel_bayes
 
 __all__ = [
     "ScoreModel",
     "class_prior",
     "weighted_moments",
     "bounded_site",
-    "split_hyperparameters",
-    "join_hyperparameters",
 ]
 
 _STATUS_FIELDS = ("n_iter", "converged")  # fit diagnostics in some params classes, not draws
@@ -92,24 +92,6 @@ def bounded_site(name: str, prior: dist.Distribution, bound: jax.Array, *, upper
     value = numpyro.deterministic(name, bound - excess if upper else bound + excess)
     numpyro.factor(f"{name}_prior", prior.log_prob(value))
     return value
-
-
-def split_hyperparameters(model: ScoreModel) -> tuple[ScoreModel, dict[str, float]]:
-    """``(static, values)``: the model with its real-valued (``float``-annotated) fields
-    blanked, a hashable static ``jit`` argument that does not change with their values, and
-    those values, to pass as traced arguments (:func:`join_hyperparameters` rebuilds the
-    model inside the program). Integer fields (counts, which may fix shapes) stay static."""
-    values = {
-        f.name: getattr(model, f.name)
-        for f in dataclasses.fields(model)
-        if f.type in ("float", float) and getattr(model, f.name) is not None
-    }
-    return dataclasses.replace(model, **dict.fromkeys(values)), values
-
-
-def join_hyperparameters(static: ScoreModel, values: dict) -> ScoreModel:
-    """The model of :func:`split_hyperparameters` (inside ``jit``: traced field values)."""
-    return dataclasses.replace(static, **values)
 
 
 @functools.partial(jit, static_argnums=0)
@@ -237,8 +219,6 @@ class ScoreModel:
             ...     s, y, key=jax.random.key(0), num_samples=500)
             >>> post.predict([0.0, 1.0]); post.interval([0.0, 1.0], level=0.9)
         """
-        from jaxcal.bayes.scoremodel import fit_scoremodel_bayes
-
         return fit_scoremodel_bayes(
             self, scores, labels, sample_weight=sample_weight, method=method, key=key,
             monotone=monotone, num_samples=num_samples, num_warmup=num_warmup,

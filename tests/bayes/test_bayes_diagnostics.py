@@ -10,7 +10,7 @@ import pytest
 
 import jaxcal
 from jaxcal.bayes.posterior import Posterior
-from jaxcal.calibrators._linear import ScoreRange
+from jaxcal.families.linear import ScoreRange
 
 RTOL = 1e-8
 

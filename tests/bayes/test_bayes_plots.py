@@ -9,7 +9,7 @@ import pytest
 
 import jaxcal
 from jaxcal.bayes.posterior import Posterior
-from jaxcal.calibrators._linear import ScoreRange
+from jaxcal.families.linear import ScoreRange
 
 pytest.importorskip("matplotlib")
 from jaxcal.plot.bayes import posterior_map, posterior_reliability_diagram  # noqa: E402

@@ -40,7 +40,7 @@ SLOPE_TOL = 1e-5  # finite-difference slope of the log-odds at a bound (relative
 GRID_TOL = 1e-9  # dense-grid monotonicity, relative to the logit's magnitude
 MC_MEAN_TOL = 0.15  # NUTS vs exact posterior: |mean difference| / posterior sd
 MC_SD_RTOL = 0.10  # NUTS vs exact posterior: relative sd difference
-COVERAGE_MIN = 0.85  # issue 4: 90% intervals cover the truth at >= 85% of the grid
+COVERAGE_MIN = 0.85  # 90% intervals must cover the truth at >= 85% of the grid
 MEAN_SD_TOL = 2.0  # NUTS vs SVI / minibatch vs full batch: means within 2 posterior sd
 SD_RTOL = 0.30  # ... and sd within 30%
 
@@ -591,5 +591,16 @@ def test_every_family_nuts_end_to_end(sm):
             p = {k: v[i] for k, v in draws.items()}
             assert grid_is_monotone(sm, p, float(post.lo), float(post.hi))
     else:
-        assert not post.monotone and 0.0 <= d["monotone_share"] <= 1.0
+        assert not post.monotone
+        # the share against the scipy grid oracle, draw by draw (a draw within GRID_TOL of
+        # monotone may be judged differently by the family's exact check: allow 1 in 20)
+        flags = np.asarray(post.monotone_draws()).ravel()
+        flat = {k: np.asarray(v).reshape(-1, *np.shape(v)[2:]) for k, v in post.draws.items()}
+        lo, hi = float(post.lo), float(post.hi)
+        oracle = np.array(
+            [grid_is_monotone(sm, {k: v[i] for k, v in flat.items()}, lo, hi)
+             for i in range(flags.size)]
+        )  # fmt: skip
+        assert np.mean(flags != oracle) <= 0.05
+        assert abs(d["monotone_share"] - oracle.mean()) <= 0.05
         assert d["r_hat"]["pi1"] < 1.05  # 150 draws: 1.038 on an Intel Xeon (see above)

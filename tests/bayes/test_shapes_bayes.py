@@ -24,8 +24,11 @@ from scipy.special import expit
 import jaxcal
 from jaxcal import _shapes
 from jaxcal.bayes import fit_bayes, fit_bayes_batch
+from jaxcal.bayes._sampling import (
+    padded_data,
+)
 from jaxcal.bayes.hierarchical import fit_hierarchical, hierarchical_model
-from jaxcal.bayes.inference import family_of, padded_data
+from jaxcal.bayes.inference import family_of
 from jaxcal.bayes.linear import check_prior, linear_logit_model, make_design
 from jaxcal.bayes.scoremodel import ScoreData, _unconstrained_init, scoremodel_bayes_model
 from jaxcal.scoremodels import (

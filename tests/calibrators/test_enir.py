@@ -16,8 +16,8 @@ from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
+from jaxcal._fitdata import prepare_fit
 from jaxcal.calibrators import enir
-from jaxcal.calibrators._base import prepare_fit
 from jaxcal.calibrators.enir import FittedENIR, near_isotonic_regression
 
 KKT_TOL = 1e-9

@@ -13,6 +13,7 @@ from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
 from jaxcal.calibrators import NeuralCalibration
+from jaxcal.calibrators import _neural_core as core
 from jaxcal.calibrators import neural as nm
 from jaxcal.metrics import field_ece
 
@@ -188,9 +189,9 @@ def test_save_load_jit_and_no_recompile(tmp_path, offset_sim):
     jitted = jax.jit(lambda f, s, x: f.predict(s, x))
     np.testing.assert_allclose(np.asarray(jitted(fit, logits, fields)), want, rtol=1e-12)
     # a second fit with the same shapes reuses the compiled trainer
-    before = nm._train._cache_size()
+    before = core.train._cache_size()
     cal.fit(logits[::-1].copy(), labels[::-1].copy(), fields[::-1].copy())
-    assert nm._train._cache_size() == before
+    assert core.train._cache_size() == before
 
 
 def test_probability_scores_equal_logit_scores(dip_data):

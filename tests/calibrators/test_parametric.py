@@ -22,17 +22,17 @@ from scipy import optimize
 from sklearn.linear_model import LogisticRegression
 
 import jaxcal
-from jaxcal.calibrators._linear import _solve_batch_jit, _solve_jit
-from jaxcal.calibrators._solver import DIVERGED, ConvergenceWarning
 from jaxcal.calibrators.beta import BetaCalibration
 from jaxcal.calibrators.exponential import ExponentialCalibration
 from jaxcal.calibrators.gamma import GammaCalibration
 from jaxcal.calibrators.gaussian import GaussianCalibration
 from jaxcal.calibrators.platt import PlattScaling
 from jaxcal.calibrators.temperature import TemperatureScaling
+from jaxcal.fitting.linear import _solve_batch_jit, _solve_jit
+from jaxcal.fitting.solver import DIVERGED, ConvergenceWarning
 
 N = 400
-OBJ_RTOL = 1e-6  # objective vs scipy (relative), the issue's acceptance tolerance
+OBJ_RTOL = 1e-6  # objective vs scipy (relative)
 EXACT_RTOL = 1e-9  # jaxcal (exact Newton) may not be worse than scipy by more than this
 KKT_TOL = 1e-6  # stationarity residual relative to the gradient scale; multipliers >= -tol
 COEF_TOL = 1e-6  # coefficients vs scikit-learn (lbfgs at tol 1e-12), relative
@@ -194,6 +194,33 @@ def test_active_constraint_gives_the_constant_map_for_anti_correlated_platt():
     assert float(fitted.a) == 0.0  # projected exactly onto the active constraint
     base = np.sum(w * y) / np.sum(w)  # the weighted base rate is the optimum of sigma(b)
     np.testing.assert_allclose(np.asarray(fitted.predict(s)), base, rtol=1e-9)
+
+
+F32_OBJ_RTOL = 1e-5  # float32 fit vs the float64 scipy optimum: float32 sums of 400 terms
+F32_PROB_ATOL = 1e-4  # float32 vs float64 predictions
+
+
+@pytest.mark.parametrize("kind", ["free", "active"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_float32_fit_is_the_optimum_to_float32_precision(name, kind):
+    """JAX's default precision (x64 off, as in a user's script): float32 parameters whose
+    objective (evaluated in float64) is the scipy optimum to float32 precision, feasible,
+    and predictions close to the float64 fit's."""
+    data_kind = "free" if kind == "free" else ACTIVE_KIND[name]
+    s, y, w = make_data(data_kind, seed=FAMILIES.index(name))
+    with jax.enable_x64(False):
+        fitted = ESTIMATORS[name]().fit(s, y, sample_weight=w)
+        p32 = np.asarray(fitted.predict(s))
+        assert fitted.theta.dtype == jnp.float32 and p32.dtype == np.float32
+        assert bool(fitted.status.converged)
+    theta = np.asarray(fitted.theta, np.float64)
+    X, C, icpt = oracle_design(name, s, s.min(), s.max())
+    ref = scipy_fit(X, y, w, C, 0.0, icpt)
+    ours = objective(theta, X, y, w, 0.0, icpt)
+    assert abs(ours - ref.fun) <= F32_OBJ_RTOL * abs(ref.fun), (ours, ref.fun)
+    assert np.all(C @ theta >= -1e-5 * (np.abs(C) @ np.abs(theta) + 1e-30))
+    p64 = np.asarray(ESTIMATORS[name]().fit(s, y, sample_weight=w).predict(s))
+    np.testing.assert_allclose(p32, p64, atol=F32_PROB_ATOL)
 
 
 @pytest.mark.parametrize("l2", [0.0, 2.0])

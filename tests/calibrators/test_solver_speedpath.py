@@ -24,13 +24,14 @@ from scipy import optimize
 
 from jaxcal._shapes import exact_shapes
 from jaxcal._validation import check_batch_inputs, check_fit_inputs
-from jaxcal.calibrators import _solver
-from jaxcal.calibrators._linear import _solve_jit, fit_linear_batch
 from jaxcal.calibrators.gaussian import GaussianCalibration
 from jaxcal.calibrators.platt import PlattScaling
+from jaxcal.fitting import newton as _newton
+from jaxcal.fitting import solver as _solver
+from jaxcal.fitting.linear import _solve_jit, fit_linear_batch
 
 N = 5000  # >= 4096 (lowered threshold): the estimators take the sketch path (stride 4)
-OBJ_RTOL = 1e-6  # objective vs scipy (relative), the issue's acceptance tolerance
+OBJ_RTOL = 1e-6  # objective vs scipy (relative)
 EXACT_RTOL = 1e-9  # jaxcal (exact Newton) may not be worse than scipy by more than this
 KKT_TOL = 1e-6  # stationarity residual relative to the gradient scale
 LOOP_TOL = 1e-10  # batched vs looped (same float64 algorithm)
@@ -39,7 +40,7 @@ PASS_RTOL = 1e-12  # blocked data pass vs direct NumPy sums
 
 @pytest.fixture(autouse=True)
 def sketch_from_4096(monkeypatch):
-    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 4096)
+    monkeypatch.setattr(_newton, "_SKETCH_MIN_ROWS", 4096)
     with exact_shapes():
         yield
 
@@ -154,9 +155,9 @@ def sketch_active_set(s, t, w, stride):
     @jax.jit
     def run(s, t, w):
         ctx = fam.context(s, w)
-        phi = _solver._phi(fam.features, ctx)
+        phi = _newton._phi(fam.features, ctx)
         C = fam.constraints(ctx)
-        _, sketch = _solver._setup(s, t, w, C, 0.0, 2, phi, stride)
+        _, sketch = _newton._setup(s, t, w, C, 0.0, 2, phi, stride)
         return _solver._active_set_solve(sketch, phi, 100, 1e-18)[1]
 
     return np.asarray(run(*(jnp.asarray(a) for a in (s, t, w))))
@@ -166,12 +167,12 @@ def sketch_active_set(s, t, w, stride):
 
 
 def test_sketch_stride_rule(monkeypatch):
-    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 1 << 16)  # the library's threshold
+    monkeypatch.setattr(_newton, "_SKETCH_MIN_ROWS", 1 << 16)  # the library's threshold
     assert _solver.sketch_stride(10_000) == 1
     assert _solver.sketch_stride(65_535) == 1
     assert _solver.sketch_stride(65_536) == 16
     assert _solver.sketch_stride(1_000_000) == 62
-    monkeypatch.setattr(_solver, "_SKETCH_MIN_ROWS", 4096)  # these tests' threshold
+    monkeypatch.setattr(_newton, "_SKETCH_MIN_ROWS", 4096)  # these tests' threshold
     assert _solver.sketch_stride(400) == 1
     assert _solver.sketch_stride(4095) == 1
     assert _solver.sketch_stride(4096) == 4
@@ -300,19 +301,19 @@ def test_blocked_pass_equals_numpy(monkeypatch):
     """Several blocks with a shifted, partly masked last block: objective, gradient and
     Hessian equal direct NumPy sums."""
     n = 2500
-    assert _solver._blocking(n) == (1, n)
-    monkeypatch.setattr(_solver, "_SINGLE_BLOCK_ROWS", 1000)
-    monkeypatch.setattr(_solver, "_BLOCK_ROWS", 700)
-    assert _solver._blocking(n) == (4, 625)
-    monkeypatch.setattr(_solver, "_BLOCK_ROWS", 1000)
-    assert _solver._blocking(n) == (3, 834)  # last block starts at 1666, not 1668
+    assert _newton._blocking(n) == (1, n)
+    monkeypatch.setattr(_newton, "_SINGLE_BLOCK_ROWS", 1000)
+    monkeypatch.setattr(_newton, "_BLOCK_ROWS", 700)
+    assert _newton._blocking(n) == (4, 625)
+    monkeypatch.setattr(_newton, "_BLOCK_ROWS", 1000)
+    assert _newton._blocking(n) == (3, 834)  # last block starts at 1666, not 1668
     s, y, w = make_data("hump", seed=9, n=n)
     eta = np.array([0.3, -0.7, 0.2])
     Q = np.diag([0.5, 0.25, 0.0])
 
     @jax.jit
     def run(s, t, w, eta):
-        prob = _solver._Problem(
+        prob = _newton._Problem(
             s,
             t,
             w,
@@ -325,8 +326,8 @@ def test_blocked_pass_equals_numpy(monkeypatch):
             jnp.eye(3),
             jnp.zeros(3),
         )
-        phi = _solver._phi(lambda x, aux: jnp.stack([x * x, x, jnp.ones_like(x)], -1), None)
-        return _solver._value_grad_hess(prob, phi, eta)
+        phi = _newton._phi(lambda x, aux: jnp.stack([x * x, x, jnp.ones_like(x)], -1), None)
+        return _newton._value_grad_hess(prob, phi, eta)
 
     f, g, H = run(*(jnp.asarray(a) for a in (s, y, w, eta)))
     X = np.column_stack([s**2, s, np.ones(n)])
@@ -343,8 +344,8 @@ def test_blocked_pass_equals_numpy(monkeypatch):
 
 def test_blocked_solve_equals_scipy(monkeypatch):
     """A solve whose every data pass runs in several blocks (last one shifted)."""
-    monkeypatch.setattr(_solver, "_SINGLE_BLOCK_ROWS", 1000)
-    monkeypatch.setattr(_solver, "_BLOCK_ROWS", 1000)
+    monkeypatch.setattr(_newton, "_SINGLE_BLOCK_ROWS", 1000)
+    monkeypatch.setattr(_newton, "_BLOCK_ROWS", 1000)
     n = 2500
     s, y, w = make_data("hump", seed=10, n=n)
     fam = PlattScaling().family  # a hump: Platt's slope is free here

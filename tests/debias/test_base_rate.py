@@ -1,4 +1,4 @@
-"""Issue 7 on the simulator with known exposure (``jaxcal.data.simulate_preferences``):
+"""Base rates on the simulator with known exposure (``jaxcal.data.simulate_preferences``):
 implied base rates of each propensity estimator against the realised truth (sampling
 error from the known exposure), negative-sampling base rates against their closed form and
 a scipy constant fit, rescaled propensities keep their ranking, and the MAR prior-shift

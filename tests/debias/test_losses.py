@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from jaxcal.debias.losses import (
+from jaxcal.losses import (
     LOSSES,
     check_loss,
     loss_targets_weights,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxcal.debias.losses import loss_targets_weights
 from jaxcal.debias.propensity import popularity_propensity, uniform_propensity
+from jaxcal.losses import loss_targets_weights
 
 
 def test_popularity_propensity_closed_form():
@@ -42,7 +42,7 @@ def test_popularity_propensity_bounds_ips_weights_by_one_over_clip():
         ([1, 2], {"clip": 1.5}, "clip"),
         ([1, 2], {"power": 0.0}, "power"),
         ([], {}, "empty"),
-        ([[1, 2]], {}, "1-D"),
+        ([[[1, 2]]], {}, "matrix or"),
     ],
 )
 def test_popularity_propensity_errors(counts, kw, match):

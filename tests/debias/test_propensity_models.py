@@ -225,7 +225,7 @@ def test_logistic_propensity_on_coat_reproduces_exposure_rate(coat):
     assert p.mean() == pytest.approx(exposure_rate(coat.train), rel=1e-9)
 
 
-# ------------------------------------------------- issue 7: implied base rate on a simulator
+# ------------------------------------------------------------ implied base rate on a simulator
 
 
 def _simulate_feature_exposure(seed, n_users=400, n_items=300):

@@ -13,8 +13,16 @@ pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402
 
 import jaxcal  # noqa: E402
+from jaxcal.clicks import reliability_by_rank  # noqa: E402
+from jaxcal.clicks.metrics import ReliabilityByRank  # noqa: E402
 from jaxcal.metrics import reliability  # noqa: E402
-from jaxcal.plot import calibration_map, reliability_diagram, score_histograms  # noqa: E402
+from jaxcal.plot import (  # noqa: E402
+    calibration_map,
+    reliability_by_rank_diagram,
+    reliability_diagram,
+    score_histograms,
+)
+from jaxcal.plot import clicks as clicks_mod  # noqa: E402
 from jaxcal.plot import maps as maps_mod  # noqa: E402
 from jaxcal.plot import reliability as rel_mod  # noqa: E402
 
@@ -115,6 +123,31 @@ def test_score_histograms(tmp_path):
     _check_png(score_histograms(np.ones(50), np.r_[np.zeros(25), np.ones(25)], tmp_path / "c.png"))
 
 
+def test_reliability_by_rank_diagram_draws_every_nonempty_bucket(tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    probs = rng.uniform(size=(800, 5))
+    clicks = (rng.uniform(size=(800, 5)) < probs**2).astype(int)
+    diagrams = {"raw": reliability_by_rank(probs, clicks, n_bins=20),
+                "squared": reliability_by_rank(probs**2, clicks, n_bins=20)}  # fmt: skip
+    _check_png(reliability_by_rank_diagram(diagrams, tmp_path / "sub" / "rel.png", title="t"))
+    _check_png(reliability_by_rank_diagram(diagrams["raw"], tmp_path / "one.png", ranks=(2,)))
+    drawn = []
+    monkeypatch.setattr(clicks_mod, "save_figure", lambda fig, path, dpi: drawn.append(fig))
+    reliability_by_rank_diagram(diagrams, tmp_path / "x.png", ranks=(1, 4))
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["rank 1", "rank 4"]
+    for ax, r in zip(axes, (1, 4), strict=True):
+        lines = ax.get_lines()[1:]  # after the diagonal
+        assert [ln.get_label() for ln in lines] == list(diagrams)
+        for ln, d in zip(lines, diagrams.values(), strict=True):
+            ok = d.count[r - 1] > 0
+            want = np.c_[d.mean_pred[r - 1][ok], d.ctr[r - 1][ok]]
+            np.testing.assert_allclose(ln.get_xydata(), want, atol=TOL)
+
+
+_RANK_DIAGRAM = ReliabilityByRank(np.full((2, 3), 0.5), np.full((2, 3), 0.5), np.ones((2, 3)))
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
@@ -134,6 +167,8 @@ def test_score_histograms(tmp_path):
         (lambda d: score_histograms([0.1, np.nan], [0, 1], d / "x.png"), "NaN"),
         (lambda d: score_histograms([0.1, 0.2], [0, 1], d / "x.png", sample_weight=[1, -1]),
          "non-negative"),
+        (lambda d: reliability_by_rank_diagram(_RANK_DIAGRAM, d / "x.png"), r"1\.\.2"),
+        (lambda d: reliability_by_rank_diagram({}, d / "x.png"), "empty mapping"),
     ],
 )  # fmt: skip
 def test_bad_inputs_raise_before_drawing(tmp_path, call, match):
@@ -160,7 +195,7 @@ def test_missing_matplotlib_gives_an_install_hint(tmp_path, monkeypatch):
 def test_matplotlib_is_imported_lazily_and_pyplot_never():
     code = (
         "import sys, numpy as np\n"
-        "import jaxcal.plot.reliability, jaxcal.plot.maps\n"
+        "import jaxcal.plot.reliability, jaxcal.plot.maps, jaxcal.plot.clicks\n"
         "assert 'matplotlib' not in sys.modules, 'imported at module load'\n"
         "from jaxcal.plot import reliability_diagram\n"
         "import tempfile, os\n"

@@ -11,6 +11,7 @@ import pytest
 
 import jaxcal
 from jaxcal.data import Interactions, binarize, load_coat
+from jaxcal.debias import popularity_propensity
 from jaxcal.metrics.ranking import auc
 from jaxcal.recsys import (
     BPRMF,
@@ -23,7 +24,6 @@ from jaxcal.recsys import (
     LightGCN,
     NeuMFModel,
     Popularity,
-    popularity_propensity,
     sweep,
 )
 from jaxcal.recsys._train import _fit_jit
@@ -118,6 +118,11 @@ def test_popularity_propensity_closed_form():
     train[0, 1] = 1
     omega = popularity_propensity(train, power=0.5, clip=0.1)
     np.testing.assert_allclose(omega, [1.0, np.sqrt(1 / 3), 0.1, 0.1], atol=1e-15)
+    # the same from the item counts and from triples (ratings 0 are not positives)
+    np.testing.assert_array_equal(popularity_propensity(train.sum(0)), omega)
+    triples = Interactions.from_dense(train + 2 * (train == 0))  # every entry: 1 or 2
+    triples = triples._replace(rating=np.where(triples.rating == 2, 0, 1))
+    np.testing.assert_array_equal(popularity_propensity(triples), omega)
 
 
 def _round_trip(obj, tmp_path, name):

@@ -67,7 +67,7 @@ def test_als_half_step_equals_normal_equations(alpha):
     for u in range(counts.shape[0]):
         c = np.diag(conf[u])
         expected[u] = np.linalg.solve(y.T @ c @ y + l2 * np.eye(d), y.T @ c @ pref[u])
-    by_user = _padded(data.users, data.items, data.values, data.n_users)
+    by_user = _padded(data.user, data.item, data.rating, data.n_users)
     got = als_half_step(y, by_user, l2, alpha)
     np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
     # the item half-step is the same problem transposed
@@ -76,7 +76,7 @@ def test_als_half_step_equals_normal_equations(alpha):
     for i in range(counts.shape[1]):
         c = np.diag(conf[:, i])
         expected_items[i] = np.linalg.solve(x.T @ c @ x + l2 * np.eye(d), x.T @ c @ pref[:, i])
-    by_item = _padded(data.items, data.users, data.values, data.n_items)
+    by_item = _padded(data.item, data.user, data.rating, data.n_items)
     np.testing.assert_allclose(als_half_step(x, by_item, l2, alpha), expected_items, atol=TOL)
 
 
@@ -88,5 +88,5 @@ def test_wrmf_objective_equals_dense_sum():
     l2, alpha = 0.2, 1.5
     pref, conf = (counts > 0).astype(float), 1.0 + alpha * counts
     dense = np.sum(conf * (pref - x @ y.T) ** 2) + l2 * (np.sum(x**2) + np.sum(y**2))
-    got = wrmf_objective(x, y, data.users, data.items, data.values, l2, alpha)
+    got = wrmf_objective(x, y, data.user, data.item, data.rating, l2, alpha)
     assert abs(float(got) - dense) < TOL * dense

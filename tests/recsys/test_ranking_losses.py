@@ -48,8 +48,8 @@ def problem():
     data = as_interactions(train)
     # a fixed batch of triples (u, i, j): i a positive of u, j any item (some positives)
     b = 12
-    idx = rng.integers(0, data.users.size, size=b)
-    u, i = data.users[idx], data.items[idx]
+    idx = rng.integers(0, data.user.size, size=b)
+    u, i = data.user[idx], data.item[idx]
     j = rng.integers(0, 9, size=b).astype(np.int32)
     return train, data, (jnp.asarray(u), jnp.asarray(i), jnp.asarray(j))
 

@@ -97,7 +97,7 @@ def test_bitmap_is_used_only_below_the_memory_cap():
     assert sampler_tables(data).bitmap is not None
     assert sampler_tables(data, max_bitmap_bytes=0).bitmap is None
     # 6 users x 1 word x 8 bytes + 4 bytes per positive
-    exact = 8 * 6 + 4 * data.users.size
+    exact = 8 * 6 + 4 * data.user.size
     assert sampler_tables(data, max_bitmap_bytes=exact).bitmap is not None
     assert sampler_tables(data, max_bitmap_bytes=exact - 1).bitmap is None
 

@@ -64,7 +64,7 @@ def test_padding_does_not_change_the_sampled_stream(negatives, bitmap):
     tables = sampler_tables(data, **kw)
     with _shapes.exact_shapes():
         exact = sampler_tables(data, **kw)
-    assert tables.users.shape[0] > exact.users.shape[0] == data.users.size
+    assert tables.users.shape[0] > exact.users.shape[0] == data.user.size
 
     def draw(t):
         fn = jax.jit(

@@ -1,0 +1,257 @@
+"""The inference machinery shared by the Bayesian fits of :mod:`jaxcal.bayes` (over map
+families) and :mod:`jaxcal.bayes.scoremodel` (over score models): NUTS chains over any
+potential, model draws, the static configuration of a run, keys, and padding of the data.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+from numpyro.infer.hmc import hmc
+from numpyro.infer.util import constrain_fn, potential_energy
+
+from jaxcal import _shapes
+
+__all__ = ["nuts_chains", "nuts_model_draws", "map_problems", "padded_data", "is_minibatch"]
+
+METHODS = ("nuts", "svi")
+GUIDES = ("mvn", "normal")
+INIT_RADIUS = 2.0  # initial unconstrained values ~ Uniform(-2, 2), as numpyro's init_to_uniform
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def map_problems(fn, xs):
+    """``fn`` over the leading axis of ``xs``: a ``vmap`` on accelerators, a ``lax.map``
+    (one after another) on CPU.
+
+    NUTS builds its trees in ``while`` loops with data-dependent branches; under ``vmap``
+    every branch becomes a select of both sides, run in lockstep until the slowest chain is
+    done. On an accelerator the vectorised steps still win; on CPU the sequential map
+    traces about 8x faster (Platt scaling: 5.4 s to 0.6 s) and sampled about 1.5x faster
+    on 65,536 points (each chain does only its own work). The draws are the same up to
+    float rounding.
+    """
+    if jax.default_backend() == "cpu":
+        return jax.lax.map(lambda args: fn(*args), xs)
+    return jax.vmap(fn)(*xs)
+
+
+def nuts_chains(
+    potential_fn,
+    init_params,
+    keys: jax.Array,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    target_accept_prob: ArrayLike = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+):
+    """Run ``C`` NUTS chains of one potential over keys (:func:`map_problems`; pure,
+    jit/vmap-able).
+
+    Args:
+        potential_fn: unconstrained parameters (pytree) -> potential energy (negative log
+            joint density, Jacobians included).
+        init_params: initial unconstrained parameters with a leading chain axis ``[C, ...]``.
+        keys: ``[C]`` PRNG keys.
+        num_warmup: adaptation steps (discarded).
+        num_samples: draws kept per chain.
+        target_accept_prob: dual-averaging target (may be traced).
+        max_tree_depth: NUTS maximum tree depth.
+        dense_mass: adapt a dense (instead of diagonal) mass matrix.
+
+    Returns:
+        ``(z, stats)``: unconstrained draws (leaves ``[C, S, ...]``) and a dict of
+        ``[C, S]`` arrays ``diverging``, ``num_steps``, ``accept_prob``.
+    """
+
+    def one(q0, key):
+        init_kernel, sample_kernel = hmc(potential_fn=potential_fn, algo="NUTS")
+        state = init_kernel(
+            q0,
+            num_warmup,
+            target_accept_prob=target_accept_prob,
+            max_tree_depth=max_tree_depth,
+            dense_mass=dense_mass,
+            rng_key=key,
+        )
+
+        # one scan over warm-up and sampling (the kernel is traced and compiled once)
+        def step(s, _):
+            s = sample_kernel(s)
+            return s, (s.z, s.diverging, s.num_steps, s.accept_prob)
+
+        _, out = jax.lax.scan(step, state, None, length=num_warmup + num_samples)
+        z, div, steps, acc = jax.tree_util.tree_map(lambda x: x[num_warmup:], out)
+        return z, {"diverging": div, "num_steps": steps, "accept_prob": acc}
+
+    return map_problems(one, (init_params, keys))
+
+
+def nuts_model_draws(
+    model,
+    args: tuple,
+    kwargs: dict,
+    init_params,
+    key: jax.Array,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    target_accept_prob: ArrayLike = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    constrain_args: tuple | None = None,
+    deterministic: bool = False,
+):
+    """:func:`nuts_chains` on a NumPyro model's potential, draws mapped to constrained space.
+
+    Args:
+        model, args, kwargs: the NumPyro model and its arguments (the potential is
+            ``potential_energy(model, args, kwargs, .)``).
+        init_params: initial unconstrained values, leaves ``[C, ...]`` (``C`` chains).
+        key: PRNG key, split into one key per chain.
+        num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass: as in
+            :func:`nuts_chains`.
+        constrain_args: model arguments for the constraining pass (default ``args``; e.g.
+            ``(None,)`` so that the data likelihood is not re-evaluated per draw).
+        deterministic: also return the model's deterministic sites.
+
+    Returns:
+        ``(draws, stats)``: dict of constrained sites (leaves ``[C, S, ...]``) and the
+        sampler statistics of :func:`nuts_chains`.
+    """
+    num_chains = jax.tree_util.tree_leaves(init_params)[0].shape[0]
+    pot = functools.partial(potential_energy, model, args, kwargs)
+    z, stats = nuts_chains(
+        pot,
+        init_params,
+        jax.random.split(key, num_chains),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth,
+        dense_mass=dense_mass,
+    )
+    c_args = args if constrain_args is None else constrain_args
+    constrain = functools.partial(
+        constrain_fn, model, c_args, kwargs, return_deterministic=deterministic
+    )
+    return jax.vmap(jax.vmap(constrain))(z), stats
+
+
+def positive_int(value, name, minimum=1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def check_key(key) -> jax.Array:
+    if key is None:
+        raise ValueError("key is required: pass key=jax.random.key(0) (or PRNGKey(0)).")
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"key must be a single PRNG key; got shape {key.shape}.")
+        return key
+    if key.shape != (2,) or key.dtype != jnp.uint32:
+        raise ValueError(
+            "key must be a PRNG key (jax.random.key(0) or jax.random.PRNGKey(0)); got an "
+            f"array of shape {key.shape} and dtype {key.dtype}."
+        )
+    return key
+
+
+def key_parts(key: jax.Array) -> tuple[jax.Array, str | None]:
+    """``(data, impl)``: a typed PRNG key (or array of keys) as its raw ``uint32`` data and
+    its implementation's name (``None`` for legacy raw keys). Compiled programs take the
+    plain array (:func:`key_from_parts` rebuilds the key inside them): the same key, the same
+    stream."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(key), str(jax.random.key_impl(key))
+    return key, None
+
+
+def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
+    """The key of :func:`key_parts` (inside a program)."""
+    return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
+
+
+def run_config(
+    method,
+    n,
+    *,
+    num_samples,
+    num_warmup,
+    num_chains,
+    target_accept_prob,
+    max_tree_depth,
+    dense_mass,
+    num_steps,
+    learning_rate,
+    subsample_size,
+    guide,
+):
+    """Validated settings: ``(cfg, tuning)``, the static tuple that fixes the program and
+    the dict of its traced numbers (``target_accept_prob`` / ``learning_rate``).
+
+    NUTS: ``cfg = (num_chains, num_warmup, num_samples, max_tree_depth, dense_mass)``; SVI:
+    ``cfg = (num_steps, num_samples, subsample_size, guide)``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+    num_samples = positive_int(num_samples, "num_samples")
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    if method == "nuts":
+        if not 0.0 < float(target_accept_prob) < 1.0:
+            raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
+        if subsample_size is not None:
+            raise ValueError("subsample_size is for method='svi' (NUTS needs the full data).")
+        cfg = (
+            positive_int(num_chains, "num_chains"),
+            positive_int(num_warmup, "num_warmup", 0),
+            num_samples,
+            positive_int(max_tree_depth, "max_tree_depth"),
+            bool(dense_mass),
+        )
+        return cfg, {"target_accept_prob": np.asarray(target_accept_prob, dtype)}
+    if guide not in GUIDES:
+        raise ValueError(f"guide must be one of {GUIDES}; got {guide!r}.")
+    if not float(learning_rate) > 0:
+        raise ValueError(f"learning_rate must be > 0; got {learning_rate!r}.")
+    if subsample_size is not None:
+        subsample_size = positive_int(subsample_size, "subsample_size")
+        if subsample_size > n:
+            raise ValueError(f"subsample_size ({subsample_size}) exceeds the data size ({n}).")
+        if subsample_size == n:
+            subsample_size = None
+    cfg = (positive_int(num_steps, "num_steps"), num_samples, subsample_size, guide)
+    return cfg, {"learning_rate": np.asarray(learning_rate, dtype)}
+
+
+def is_minibatch(method: str, cfg: tuple) -> bool:
+    """Whether the settings of :func:`run_config` ask for minibatch SVI (``subsample_size``)."""
+    return method == "svi" and cfg[2] is not None
+
+
+def padded_data(arrays, fills, *, axis=0, exact=False):
+    """The problem's arrays padded along ``axis`` to their bucket size (shape policy), as
+    NumPy arrays of the default float dtype.
+
+    Every array is padded with its ``fills`` entry; the caller chooses fills that add
+    nothing (a weight of 0). ``exact`` keeps the size (minibatch SVI, whose minibatches are
+    drawn from all rows).
+    """
+    n = arrays[0].shape[axis]
+    size = n if exact else _shapes.padded_size(n, total=arrays[0].size)
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return [
+        np.asarray(_shapes.pad_axis(a, size, f, axis=axis), dtype)
+        for a, f in zip(arrays, fills, strict=True)
+    ]
