@@ -61,8 +61,8 @@ from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal.calibrators._knots import cummax, cumsum
 from jaxcal.calibrators.histogram import step_map
-from jaxcal.calibrators.isotonic import cummax, cumsum
 
 __all__ = ["BBQ", "FittedBBQ", "bbq_bin_counts"]
 

@@ -37,7 +37,7 @@ from jaxcal._fitdata import FitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators.isotonic import searchsorted
+from jaxcal.calibrators._knots import searchsorted
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
 

@@ -55,6 +55,7 @@ from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_1d, check_scores
 from jaxcal.calibrators._base import FittedCalibrator
+from jaxcal.calibrators._knots import padded_knots
 from jaxcal.calibrators._neural_core import (
     MONOTONE,
     SCORE_TYPES,
@@ -66,7 +67,6 @@ from jaxcal.calibrators._neural_core import (
     train,
     training_loss,
 )
-from jaxcal.calibrators.isotonic import padded_knots
 
 __all__ = [
     "NeuralCalibration",

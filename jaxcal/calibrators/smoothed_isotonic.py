@@ -54,12 +54,8 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators.isotonic import (
-    eager_kernel,
-    knot_map,
-    pav_runs,
-    searchsorted,
-)
+from jaxcal.calibrators._isotonic_fit import eager_kernel, pav_runs
+from jaxcal.calibrators._knots import knot_map, searchsorted
 
 __all__ = ["SmoothedIsotonic", "FittedSmoothedIsotonic", "negative_downsampling_correction"]
 

@@ -17,6 +17,7 @@ from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
 from jaxcal._fitdata import prepare_fit
+from jaxcal.calibrators import _enir_path as enir_path
 from jaxcal.calibrators import enir
 from jaxcal.calibrators.enir import FittedENIR, near_isotonic_regression
 
@@ -192,8 +193,8 @@ def test_pruned_average_equals_the_full_average(kind):
 
 @jax.jit
 def _path_bounds(w, y, s1, s0, real, n):
-    path = enir._path(w, y, s1, s0, real, jnp.inf)
-    bound = enir._breakpoint_bounds(path, y, s1, s0, real, jnp.log(n), 1e-3)
+    path = enir_path.trace_path(w, y, s1, s0, real, jnp.inf)
+    bound = enir_path._breakpoint_bounds(path, y, s1, s0, real, jnp.log(n), 1e-3)
     return bound, path.bp_lam
 
 
@@ -217,7 +218,7 @@ def test_bic_bound_never_exceeds_the_exact_bic(seed):
     assert np.all(bound <= exact * (1 + 1e-12) + 1e-9)
 
 
-_tree_set = jax.jit(enir._tree_set)
+_tree_set = jax.jit(enir_path._tree_set)
 
 
 _UPDATES = st.lists(
@@ -232,7 +233,7 @@ _UPDATES = st.lists(
 def test_tournament_tree_root_is_the_first_minimum(n, updates):
     rng = np.random.default_rng(n)
     leaves = rng.uniform(0, 1e3, n)
-    levels = enir._tree_build(jnp.asarray(leaves))
+    levels = enir_path._tree_build(jnp.asarray(leaves))
     for i, t in updates:
         i = i % n
         leaves[i] = t
@@ -251,7 +252,7 @@ def test_path_takes_one_merge_per_iteration():
     w = rng.uniform(0.5, 2.0, 700)
     real = np.ones(700, bool)
     a = [jnp.asarray(v) for v in (w, y, np.zeros(700), np.zeros(700))] + [jnp.asarray(real)]
-    path = enir._path(*a, jnp.asarray(jnp.inf))
+    path = enir_path.trace_path(*a, jnp.asarray(jnp.inf))
     iso = IsotonicRegression().fit(np.arange(700), y, sample_weight=w).predict(np.arange(700))
     n_blocks = 1 + int(np.sum(np.abs(np.diff(iso)) > 1e-9))
     assert int(path.n_events) == 700 - n_blocks == 700 - int(path.n_groups)
