@@ -113,7 +113,7 @@ def check_sample_weight(sample_weight: Any, n: int, *, name: str = "sample_weigh
             f"{name} must be non-negative; got {int((w < 0).sum())} negative value(s) "
             f"(min {w.min():.6g})."
         )
-    if w.sum() <= 0:
+    if not (w > 0).any():  # not w.sum(): it overflows for weights near the float64 maximum
         raise ValueError(f"{name} sum to zero; at least one weight must be positive.")
     return w
 

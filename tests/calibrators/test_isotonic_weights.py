@@ -332,3 +332,11 @@ def test_padding_rows_do_not_change_zero_weight_points():
                 ours = isotonic_regression(x, y, sample_weight=w, group=g, increasing=increasing)
                 ref = _sklearn_fit_transform(x, y, w, g, increasing=increasing)
                 np.testing.assert_allclose(np.asarray(ours), ref, rtol=0, atol=RTOL64)
+
+
+def test_weights_whose_sum_overflows_are_accepted():
+    """Weights near the float64 maximum (their sum is inf): the same fit as unit weights,
+    and no overflow warning from the input checks (warnings are errors in the tests)."""
+    x, y = np.arange(4.0), np.array([1.0, 3.0, 2.0, 4.0])
+    got = np.asarray(isotonic_regression(x, y, sample_weight=np.full(4, 1e308)))
+    np.testing.assert_array_equal(got, np.asarray(isotonic_regression(x, y)))
