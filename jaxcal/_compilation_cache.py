@@ -12,8 +12,9 @@ Where: ``$JAXCAL_COMPILATION_CACHE`` if set, else ``$XDG_CACHE_HOME/jaxcal/xla``
 ``~/.cache/jaxcal/xla``); ``JAXCAL_COMPILATION_CACHE=0`` turns it off. It is on by default
 and only ever holds jaxcal's programs: JAX's global settings, and the user's own programs,
 are left as they are (a JAX cache the user configured still serves jaxcal's compiles on a
-miss). Entries are written atomically and read defensively: an unreadable or stale entry
-is compiled anew and replaced. Results do not depend on the cache (the same executable).
+miss, but such a program is not copied into jaxcal's cache: see ``jaxcal._jit``). Entries
+are written atomically and read defensively: an unreadable or stale entry is compiled
+anew and replaced. Results do not depend on the cache (the same executable).
 
 Like ``__pycache__`` or JAX's own cache, the folder holds compiled code that is loaded and
 run: keep it private to the user (it is created with mode 0700).
@@ -34,10 +35,10 @@ from typing import Any
 
 import jax
 
-__all__ = ["CACHE_ENV", "cache_dir", "fingerprint", "load", "store"]
+__all__ = ["CACHE_ENV", "cache_dir", "fingerprint", "load", "source_digest", "store"]
 
 CACHE_ENV = "JAXCAL_COMPILATION_CACHE"
-_FORMAT = 1  # bump when the entry layout changes
+_FORMAT = 2  # bump when the entry layout changes (2: no entries copied from JAX's cache)
 
 
 def cache_dir() -> Path | None:
@@ -52,7 +53,7 @@ def cache_dir() -> Path | None:
 
 
 @functools.cache
-def _source_digest() -> str:
+def source_digest() -> str:
     """Digest of jaxcal's source files (an edited checkout invalidates its entries)."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
@@ -81,7 +82,7 @@ def fingerprint(backend: str) -> str:
     devices = jax.devices(backend)
     parts = [
         str(_FORMAT),
-        _source_digest(),
+        source_digest(),
         jax.__version__,
         jaxlib.__version__,
         sys.version,

@@ -16,7 +16,11 @@ Two things set a jaxcal program apart from ``jax.jit``:
   on (the default), a call looks its program up by function, static arguments, input
   shapes and dtypes; a hit in memory calls the compiled executable, a hit on disk loads it
   (no tracing, no compiling), and a miss traces, compiles and stores it. With the cache
-  off (``JAXCAL_COMPILATION_CACHE=0``) the function is a plain ``jax.jit``.
+  off (``JAXCAL_COMPILATION_CACHE=0``) the function is a plain ``jax.jit``. A program that
+  JAX itself loaded from its own persistent cache (one the user turned on) is used but not
+  stored: XLA cannot serialize such an executable again in full (the copy lacks kernels
+  and fails when a fresh process runs it). A program loaded from disk is checked on its
+  first call: one that fails to run is compiled anew and replaced.
 
 Calls from inside another trace (a user's ``jit`` or ``vmap``) are traced into the outer
 program as with ``jax.jit``; inputs sharded over several devices take ``jax.jit``'s path.
@@ -28,6 +32,7 @@ import functools
 import hashlib
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +45,19 @@ from jaxcal import _compilation_cache
 __all__ = ["jit", "cpu_compiler_options"]
 
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
+# Hits of JAX's own persistent cache, counted per thread (a compile runs in its caller's
+# thread), so that jaxcal knows whether ``compile()`` compiled or loaded a program.
+_JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_jax_cache_hits = threading.local()
+
+
+def _count_jax_cache_hit(event: str, **kwargs: Any) -> None:
+    if event == _JAX_CACHE_HIT:
+        _jax_cache_hits.n = getattr(_jax_cache_hits, "n", 0) + 1
+
+
+jax.monitoring.register_event_listener(_count_jax_cache_hit)
 
 
 @functools.cache
@@ -117,13 +135,24 @@ class _Jit:
         backend = jax.default_backend()
         key = (dyn_tree, specs, statics, backend, jax.config.jax_enable_x64)
         program = self._programs.get(key)
-        if program is None:
-            program = self._program(key, args, kwargs)
-            self._programs[key] = program
+        if program is not None:
+            return program(*dyn_args, **dyn_kwargs)
+        disk_key, program = self._program(key, args, kwargs)
+        if program is not None:  # loaded from disk: run it once before trusting it
+            try:
+                out = jax.block_until_ready(program(*dyn_args, **dyn_kwargs))
+            except jax.errors.JaxRuntimeError:  # an entry that loads but cannot run
+                program = None
+            else:
+                self._programs[key] = program
+                return out
+        program = self._compile(disk_key, args, kwargs)
+        self._programs[key] = program
         return program(*dyn_args, **dyn_kwargs)
 
-    def _program(self, key: tuple, args: tuple, kwargs: dict) -> Any:
-        """The compiled program of ``key``: from disk, or traced, compiled and stored."""
+    def _program(self, key: tuple, args: tuple, kwargs: dict) -> tuple[str | None, Any]:
+        """The disk key of ``key`` (``None``: not stored) and its executable from disk,
+        or ``None`` (a miss)."""
         dyn_tree, specs, statics, backend, _ = key
         # the options asked for (whether this jaxlib takes them follows from its version,
         # in the fingerprint): no probe compile on a cache hit
@@ -131,22 +160,31 @@ class _Jit:
         options = (_CPU_OPTIONS, os.environ.get("JAXCAL_XLA_DEFAULTS")) if cpu else None
         text = repr((self.__module__, self.__qualname__, dyn_tree, specs, statics, options))
         # an address in a repr (an object without a stable repr) would never hit: no disk
-        stable = " at 0x" not in text
+        if " at 0x" in text:
+            return None, None
         digest = hashlib.sha256((_compilation_cache.fingerprint(backend) + text).encode())
         disk_key = digest.hexdigest()
-        entry = _compilation_cache.load(disk_key) if stable else None
+        entry = _compilation_cache.load(disk_key)
         if entry is not None:
             try:
-                return serialize_executable.deserialize_and_load(entry[0], dyn_tree, entry[1])
-            except Exception:  # stale or damaged: compile anew below
+                return disk_key, serialize_executable.deserialize_and_load(
+                    entry[0], dyn_tree, entry[1]
+                )
+            except Exception:  # stale or damaged: compiled anew by the caller
                 pass
+        return disk_key, None
+
+    def _compile(self, disk_key: str | None, args: tuple, kwargs: dict) -> Any:
+        """Trace and compile a program, and store it under ``disk_key``."""
+        hits = getattr(_jax_cache_hits, "n", 0)
         compiled = self._get().lower(*args, **kwargs).compile()
-        if stable:
-            try:
-                executable, _, out_tree = serialize_executable.serialize(compiled)
-            except Exception:  # a program XLA cannot serialize: keep it in memory only
-                return compiled
-            _compilation_cache.store(disk_key, executable, out_tree)
+        if disk_key is None or getattr(_jax_cache_hits, "n", 0) != hits:
+            return compiled  # JAX loaded it from its own cache: not serializable in full
+        try:
+            executable, _, out_tree = serialize_executable.serialize(compiled)
+        except Exception:  # a program XLA cannot serialize: keep it in memory only
+            return compiled
+        _compilation_cache.store(disk_key, executable, out_tree)
         return compiled
 
     def _cache_size(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,15 +131,17 @@ def importlib_has(module: str) -> bool:
 
 
 def test_compilation_cache_location(monkeypatch, tmp_path):
+    from jaxcal._compilation_cache import source_digest
     from jaxcal.cli import compilation_cache_dir
 
+    version = source_digest()[:16]  # one folder per version of jaxcal's source
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     assert compilation_cache_dir() is None
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", str(tmp_path / "c"))
-    assert compilation_cache_dir() == tmp_path / "c" / "jax"
+    assert compilation_cache_dir() == tmp_path / "c" / "jax" / version
     monkeypatch.delenv("JAXCAL_COMPILATION_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert compilation_cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla" / "jax"
+    assert compilation_cache_dir() == tmp_path / "xdg" / "jaxcal" / "xla" / "jax" / version
 
 
 def test_main_turns_the_cache_on_before_running(monkeypatch, tmp_path, capsys):
@@ -169,6 +172,8 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
         "import jax, jax.numpy as jnp; "
         "print(float(jax.jit(lambda x: jnp.sum(jnp.sin(x) ** 2))(jnp.arange(5.0))))"
     )
+    stale = cache / "jax" / ("0" * 16)  # the folder of another version of jaxcal's source
+    stale.mkdir(parents=True)
     outputs = []
     for run in range(2):
         out = subprocess.run(
@@ -176,8 +181,10 @@ def test_compilation_cache_is_written_and_reused(tmp_path):
         )
         assert out.returncode == 0, out.stderr[-3000:]
         outputs.append(out.stdout.split())
+        folder = Path(outputs[-1][0])
         if run == 0:
-            entries = sorted(p.name for p in (cache / "jax").iterdir())
+            entries = sorted(p.name for p in folder.iterdir())
             assert entries, "no compiled program was cached"
-    assert outputs[0] == outputs[1] and outputs[0][0] == str(cache / "jax")
-    assert sorted(p.name for p in (cache / "jax").iterdir()) == entries  # loaded, not compiled
+    assert outputs[0] == outputs[1] and folder.parent == cache / "jax"
+    assert sorted(p.name for p in folder.iterdir()) == entries  # loaded, not compiled
+    assert not stale.exists()  # removed

@@ -27,6 +27,9 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
 )
 import jaxcal
+if "--store-jax-hits" in sys.argv:  # as before jaxcal told JAX's cache hits apart
+    import jaxcal._jit
+    jaxcal._jit._JAX_CACHE_HIT = "no such event"
 rng = np.random.default_rng(0)
 s = rng.normal(size=900)
 y = (rng.random(900) < 1 / (1 + np.exp(-2 * s))).astype(float)
@@ -40,12 +43,17 @@ print(json.dumps({"traces": len(traces) - before, "p": np.asarray(p).tolist(),
 """
 
 
-def run_script(cache) -> dict:
+def run_script(cache, jax_cache=None, *flags) -> dict:
     import json
 
     env = {**os.environ, "JAXCAL_COMPILATION_CACHE": str(cache)}
+    if jax_cache is not None:  # JAX's own persistent cache on, for every program
+        env |= {
+            "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        }
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", SCRIPT, *flags], env=env, capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -70,6 +78,25 @@ def test_second_run_loads_every_program_and_traces_nothing(tmp_path):
     assert third["traces"] > 0 and third["p"] == off["p"] and third["q"] == off["q"]
     fourth = run_script(cache)
     assert fourth["traces"] == 0 and fourth["p"] == off["p"]
+
+
+def test_programs_served_by_jax_cache_are_not_stored(tmp_path):
+    """An executable that JAX loaded from its own persistent cache serializes without some
+    of its kernels ("Function ... not found" when a fresh process runs the copy), so jaxcal
+    does not store it: a later run without JAX's cache compiles and gets the same values."""
+    fresh = run_script(tmp_path / "first", jax_cache=tmp_path / "jax")  # compiles, fills both
+    served = run_script(tmp_path / "second", jax_cache=tmp_path / "jax")  # JAX's cache hits
+    assert served["p"] == fresh["p"] and served["q"] == fresh["q"]
+    stored = list((tmp_path / "second").glob("*.bin"))
+    assert len(stored) < len(list((tmp_path / "first").glob("*.bin")))
+    alone = run_script(tmp_path / "second")  # only jaxcal's cache, from the second run
+    assert alone["p"] == fresh["p"] and alone["q"] == fresh["q"]
+    # entries copied from JAX's cache (as an older jaxcal stored them) load but cannot run:
+    # the first call of a loaded program finds out, and the program is compiled anew
+    run_script(tmp_path / "copied", tmp_path / "jax", "--store-jax-hits")
+    healed = run_script(tmp_path / "copied")
+    assert healed["p"] == fresh["p"] and healed["q"] == fresh["q"] and healed["traces"] > 0
+    assert run_script(tmp_path / "copied")["traces"] == 0  # the replaced entries load
 
 
 @pytest.fixture

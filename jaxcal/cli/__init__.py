@@ -8,21 +8,26 @@ programs are cached across runs by the library (``jaxcal._compilation_cache``, i
 ``$JAXCAL_COMPILATION_CACHE``, default ``~/.cache/jaxcal/xla``; ``0`` turns it off). The
 command line (an application, unlike the library, which never changes global JAX settings)
 also turns on JAX's persistent compilation cache, in the ``jax`` folder inside it, for the
-other programs a run compiles (NumPyro's samplers, JAX's own helpers). A cache directory
-the user already gave JAX (``JAX_COMPILATION_CACHE_DIR``) is left as it is.
+other programs a run compiles (NumPyro's samplers, JAX's own helpers). That folder has one
+subfolder per version of jaxcal's source (older ones are removed): a jaxcal program that
+JAX loads from its own cache is not stored in jaxcal's (``jaxcal._jit``), so after an
+upgrade JAX's cache must miss once for jaxcal's to fill again. A cache directory the user
+already gave JAX (``JAX_COMPILATION_CACHE_DIR``) is left as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
+import shutil
 import sys
 from pathlib import Path
 
 import jax
 
 from jaxcal import __version__
-from jaxcal._compilation_cache import CACHE_ENV, cache_dir
+from jaxcal._compilation_cache import CACHE_ENV, cache_dir, source_digest
 
 __all__ = ["main", "build_parser", "compilation_cache_dir", "enable_compilation_cache"]
 
@@ -32,7 +37,7 @@ _COMMANDS = ("demo", "reproduce", "sweep")
 def compilation_cache_dir() -> Path | None:
     """Where the command line keeps JAX's compiled programs, or None (cache off)."""
     root = cache_dir()
-    return None if root is None else root / "jax"
+    return None if root is None else root / "jax" / source_digest()[:16]
 
 
 def enable_compilation_cache() -> Path | None:
@@ -46,6 +51,9 @@ def enable_compilation_cache() -> Path | None:
         return None
     try:
         path.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.iterdir():  # the folders of other versions of jaxcal
+            if old != path and re.fullmatch("[0-9a-f]{16}", old.name):
+                shutil.rmtree(old, ignore_errors=True)
     except OSError:  # read-only home: run without a cache
         return None
     jax.config.update("jax_compilation_cache_dir", str(path))
