@@ -166,8 +166,41 @@ def test_cpu_compiler_options(monkeypatch):
     _jit.cpu_compiler_options.cache_clear()
     try:
         assert _jit.cpu_compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+        assert _jit.cpu_compiler_options(True) == {
+            "xla_cpu_use_fusion_emitters": False,
+            "xla_backend_optimization_level": 0,
+        }
         _jit.cpu_compiler_options.cache_clear()
         monkeypatch.setenv("JAXCAL_XLA_DEFAULTS", "1")
         assert _jit.cpu_compiler_options() is None
+        assert _jit.cpu_compiler_options(True) is None
     finally:
         _jit.cpu_compiler_options.cache_clear()
+
+
+def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatch):
+    """Inputs up to SMALL_PROGRAM_ELEMENTS compile without LLVM's optimisations; the
+    linear-logit solver then returns the same bits as the fully optimised program."""
+    from jaxcal.calibrators.gaussian import GaussianFamily
+    from jaxcal.fitting import linear
+
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
+    f = _jit.jit(lambda x: jnp.sum(jnp.sin(x)))
+    f(np.zeros(_jit.SMALL_PROGRAM_ELEMENTS))
+    f(np.zeros(_jit.SMALL_PROGRAM_ELEMENTS + 1))
+    assert set(f._jitted) == {(True, True), (True, False)}  # (cpu, small)
+
+    rng = np.random.default_rng(1)
+    n = 5000
+    y = (rng.random(n) < 0.3).astype(float)
+    s = np.where(y > 0, rng.normal(1, 0.8, n), rng.normal(0, 1.2, n))
+    args = (GaussianFamily(), s, y, np.ones(n), 0.0, 100, 1e-10)
+    thetas = []
+    for small in (True, False):
+        solve = jax.jit(
+            linear._solve_jit._fun,
+            static_argnames=("family", "stride"),
+            compiler_options=_jit.cpu_compiler_options(small),
+        )
+        thetas.append(np.asarray(solve(*args, stride=1)[0]))
+    np.testing.assert_array_equal(thetas[0], thetas[1])
