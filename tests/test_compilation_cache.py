@@ -131,6 +131,14 @@ def test_nested_calls_trace_into_the_outer_program(cache_on):
     assert not list(cache_on.glob("*.bin"))  # nothing compiled on its own
 
 
+def test_typed_prng_keys_take_jax_jit_path(cache_on):
+    f = _jit.jit(lambda k, x: jax.random.uniform(k, x.shape) + x)
+    key = jax.random.key(3)
+    out = f(key, np.zeros(4))
+    np.testing.assert_array_equal(out, jax.random.uniform(key, (4,)))
+    assert not list(cache_on.glob("*.bin"))  # not stored (a typed key has no stable spec)
+
+
 def test_cache_off_is_a_plain_jit(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     assert _compilation_cache.cache_dir() is None
@@ -180,7 +188,8 @@ def test_cpu_compiler_options(monkeypatch):
 
 def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatch):
     """Inputs up to SMALL_PROGRAM_ELEMENTS compile without LLVM's optimisations; the
-    linear-logit solver then returns the same bits as the fully optimised program."""
+    linear-logit solver (reductions and a Newton loop, no interpolation that an optimised
+    program would fuse into multiply-adds) then returns the same bits."""
     from jaxcal.calibrators.gaussian import GaussianFamily
     from jaxcal.fitting import linear
 
