@@ -1,6 +1,10 @@
 """Calibrators: parametric (Platt, temperature, beta, Gaussian, Gamma, exponential),
 non-parametric (isotonic, histogram, BBQ, ENIR, smoothed isotonic) and field-aware
-(neural calibration). Every one follows the contract in ``jaxcal.calibrators._base``."""
+(neural calibration). Every one follows the contract in ``jaxcal.calibrators._base``.
+
+``PrecisionWarning``: the cast of the training scores to JAX's working precision merged
+distinct scores (see ``jaxcal.calibrators._scaling`` for what each calibrator does with
+scores that precision cannot hold)."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -22,5 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "SmoothedIsotonic": "jaxcal.calibrators.smoothed_isotonic",
         "negative_downsampling_correction": "jaxcal.calibrators.smoothed_isotonic",
         "NeuralCalibration": "jaxcal.calibrators.neural",
+        "VennAbers": "jaxcal.calibrators.venn_abers",
+        "PrecisionWarning": "jaxcal._validation",
     },
 )

@@ -157,6 +157,7 @@ def isotonic_regression(
 
     Example:
         >>> import jax.numpy as jnp
+        >>> from jaxcal import isotonic_regression
         >>> isotonic_regression(jnp.array([1.0, 2.0, 3.0]), jnp.array([1.0, 3.0, 2.0]))
         Array([1. , 2.5, 2.5], dtype=float32)
     """
@@ -192,9 +193,13 @@ def isotonic_regression(
     w = normalize_weights_host(check_sample_weight(sample_weight, n))
     if group is not None:
         group = check_groups(group, n)
+    dtype = jnp.result_type(float)
+    x_in, w_in, group_in = x, w, group
+    ranks = _order_keys(x, dtype)
+    if ranks is not None:  # the cast would merge or overflow distinct scores
+        x = ranks
     size = _shapes.padded_size(n)
     x, y, w, group = _pad_top(x, y, w, group, size, bool(increasing))
-    dtype = jnp.result_type(float)
     lo, hi = (_bound(v, fill, n, size, dtype) for v, fill in ((y_min, -np.inf), (y_max, np.inf)))
     has_group = group is not None
     out = _pav_fitted(
@@ -207,7 +212,55 @@ def isotonic_regression(
         kernel=eager_kernel(native),
     )
     host = np.asarray(out)[:n]  # sliced (and cast) on the host: no program per size
+    if ranks is not None:
+        zero = w_in < np.finfo(dtype).tiny  # what the PAV treats as zero weight
+        if zero.any():
+            host = _interpolate_zero_weight(x_in, host, zero, group_in).astype(host.dtype)
     return jax.device_put(host.astype(np.float32) if float32_in else host)
+
+
+def _order_keys(x: np.ndarray, dtype) -> np.ndarray | None:
+    """Dense ranks of ``x`` (float64) if the cast to ``dtype`` would merge distinct values
+    of ``x`` or overflow them (float64 scores closer than float32's spacing, or beyond its
+    range); ``None`` if the cast keeps every distinct value distinct and in order. The
+    isotonic fit depends on the order of ``x`` only, so ranks give it exactly (up to
+    ``2**24`` distinct scores in float32). One ``np.unique``, only when the cast is inexact."""
+    if np.dtype(dtype) == np.float64:
+        return None
+    with np.errstate(over="ignore"):
+        if np.array_equal(x.astype(dtype), x):
+            return None
+        u, inv = np.unique(x, return_inverse=True)
+        cu = u.astype(dtype)
+    if np.all(np.isfinite(cu)) and np.all(cu[1:] > cu[:-1]):
+        return None
+    return inv.reshape(-1).astype(np.float64)
+
+
+def _interpolate_zero_weight(x, fitted, zero, group):
+    """Fitted values of zero-weight points after a fit on ranks: the map's value at their
+    score, in float64 (linear between the nearest points with weight in their group, by
+    score; constant beyond them; 0 in a group without weight), as the PAV paths give it."""
+    n = x.shape[0]
+    g = np.zeros(n, np.int64) if group is None else group
+    order = np.lexsort((x, g))
+    xs, gs, fs, zs = x[order], g[order], fitted[order].astype(np.float64), zero[order]
+    idx = np.arange(n)
+    prev = np.maximum.accumulate(np.where(zs, -1, idx))
+    nxt = np.minimum.accumulate(np.where(zs, n, idx)[::-1])[::-1]
+    p, q = np.maximum(prev, 0), np.minimum(nxt, n - 1)
+    has_p = (prev >= 0) & (gs[p] == gs)
+    has_q = (nxt < n) & (gs[q] == gs)
+    x0, x1, f0, f1 = xs[p], xs[q], fs[p], fs[q]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # halved: differences of scores near the float64 limit do not overflow
+        frac = (xs / 2 - x0 / 2) / (x1 / 2 - x0 / 2)
+        inner = np.where(x1 > x0, f0 + frac * (f1 - f0), f0)
+    inner = np.where(xs == x1, f1, np.where(xs == x0, f0, inner))
+    value = np.where(has_p & has_q, inner, np.where(has_p, f0, np.where(has_q, f1, 0.0)))
+    out = fitted.astype(np.float64)
+    out[order[zs]] = value[zs]
+    return out
 
 
 def is_float32(a) -> bool:

@@ -8,8 +8,10 @@ of :mod:`jaxcal.bayes`). The families themselves (what a map is) live in
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +24,7 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
 from jaxcal.bayes.inference import fit_bayes, fit_bayes_batch
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.families.linear import LinearLogitFamily, ScoreRange
 from jaxcal.fitting.linear import default_tol, fit_linear, fit_linear_batch
 from jaxcal.fitting.solver import SolverStatus, warn_if_not_converged
@@ -39,11 +42,16 @@ class LinearLogitCalibrator(FittedCalibrator):
     """A fitted linear-logit calibrator (base class of ``FittedPlatt``, ``FittedGaussian``...).
 
     Attributes:
-        theta: ``[..., p]`` coefficients, named by ``family.param_names``.
-        context: the training :class:`ScoreRange` (leaves ``[...]``).
+        theta: ``[..., p]`` coefficients, named by ``family.param_names``, of the map of the
+            transformed score :math:`s' = s\\,2^{-k} - c` (``scaling``; the identity unless
+            the scores were beyond what the working precision holds, see
+            ``jaxcal.calibrators._scaling``).
+        context: the training :class:`ScoreRange` of :math:`s'` (leaves ``[...]``).
         status: the solver's :class:`~jaxcal.fitting.solver.SolverStatus`.
         family: the (static) family with its hyperparameters.
         method: ``"discriminative"`` or ``"generative"``.
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` :math:`(c, k)`
+            (leaves ``[...]``), applied to the scores by ``predict`` and ``logit``.
     """
 
     theta: jax.Array
@@ -51,6 +59,7 @@ class LinearLogitCalibrator(FittedCalibrator):
     status: SolverStatus
     family: LinearLogitFamily = static_field()
     method: str = static_field(default="discriminative")
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
@@ -73,11 +82,15 @@ class LinearLogitCalibrator(FittedCalibrator):
         return self._apply(scores, _predict_jit)
 
     def _apply(self, scores: ArrayLike, fn) -> jax.Array:
-        """``fn(self, scores)`` through one jitted program per size bucket (``_shapes``)."""
-        if is_traced(scores, self):
-            return fn(self, jnp.asarray(scores, self.theta.dtype))
-        s = np.asarray(maybe_check_scores(scores), np.dtype(self.theta.dtype))
+        """``fn(self, s')`` through one jitted program per size bucket (``_shapes``), where
+        ``s'`` are the transformed scores (``scaling``; in float64 on the host for concrete
+        scores, clipped to the working dtype's finite range)."""
         nb = self.theta.ndim - 1
+        if is_traced(scores, self):
+            s = jnp.asarray(scores, self.theta.dtype)
+            return fn(self, self.scaling.apply(s, batch_ndim=nb).astype(self.theta.dtype))
+        s = self.scaling.apply(maybe_check_scores(scores), batch_ndim=nb)
+        s = np.asarray(s, np.dtype(self.theta.dtype))
         if nb == 0:
             return map_padded(lambda flat: fn(self, flat), s)
         if s.shape[:nb] != self.batch_shape:
@@ -92,7 +105,9 @@ class LinearLogitCalibrator(FittedCalibrator):
         # pad the scores (copies of each row's first score) and the calibrators (copies of
         # the first one), on the host: one program per bucket, not per (B, m)
         rows = np.pad(rows, ((0, B_pad - B), (0, m_pad - m)), mode="edge" if m else "constant")
-        flat = jax.tree.map(lambda x: np.asarray(x).reshape((B,) + np.shape(x)[nb:]), self)
+        scaling = jax.tree.map(lambda x: np.broadcast_to(x, self.batch_shape), self.scaling)
+        this = dataclasses.replace(self, scaling=scaling)  # files saved before it had a scaling
+        flat = jax.tree.map(lambda x: np.asarray(x).reshape((B,) + np.shape(x)[nb:]), this)
         cal = jax.tree.map(
             lambda x: np.pad(x, [(0, B_pad - B)] + [(0, 0)] * (x.ndim - 1), mode="edge"), flat
         )
@@ -100,31 +115,53 @@ class LinearLogitCalibrator(FittedCalibrator):
         return jax.device_put(out.reshape(s.shape))
 
     def _logit_core(self, s: jax.Array) -> jax.Array:
-        """Logits of scores ``s`` (``batch_shape + (m...)``), traceable."""
+        """Logits of transformed scores ``s`` (``batch_shape + (m...)``), traceable.
+
+        Far outside the training range a formula can meet ``inf - inf`` (a quadratic at
+        ``s = 1e30``: ``a s**2`` and ``b s`` overflow with opposite signs); there the logit at
+        ``2**20`` training ranges beyond the range's end is used instead: the map's limit,
+        never NaN."""
         nb = self.theta.ndim - 1
         if nb == 0:
-            return self.family.logit(self.theta, s, self.context)
-        ctx = jax.tree_util.tree_map(lambda x: _expand(x, nb, s.ndim), self.context)
-        theta = jnp.reshape(self.theta, self.batch_shape + (1,) * (s.ndim - nb) + (-1,))
-        return jnp.sum(self.family.features(s, ctx) * theta, axis=-1)
+            ctx, theta = self.context, self.theta
+            logit = lambda x: self.family.logit(theta, x, ctx)  # noqa: E731
+        else:
+            ctx = jax.tree_util.tree_map(lambda x: _expand(x, nb, s.ndim), self.context)
+            theta = jnp.reshape(self.theta, self.batch_shape + (1,) * (s.ndim - nb) + (-1,))
+            logit = lambda x: jnp.sum(self.family.features(x, ctx) * theta, axis=-1)  # noqa: E731
+        z = logit(s)
+        reach = 2.0**20 * (ctx.hi - ctx.lo)
+        far = logit(jnp.clip(s, ctx.lo - reach, ctx.hi + reach))
+        return jnp.where(jnp.isnan(z), far, z)
 
     def is_monotone_on(self, lo: ArrayLike, hi: ArrayLike, *, rtol: float = 1e-9) -> jax.Array:
-        """Whether the map is non-decreasing on ``[lo, hi]`` (exact, via ``monotone_rows``;
-        ``rtol`` allows rounding on constraints held with equality). Batched: ``bool[B]``."""
+        """Whether the map is non-decreasing on ``[lo, hi]`` (scores; exact, via
+        ``monotone_rows``; ``rtol`` allows rounding on constraints held with equality).
+        Batched: ``bool[B]``."""
+        return self._monotone_on(lo, hi, rtol=rtol, transformed=False)
 
-        def one(theta, ctx):
-            R = self.family.monotone_rows(lo, hi, ctx)
+    def _monotone_on(self, lo, hi, *, rtol: float, transformed: bool) -> jax.Array:
+        dtype = self.theta.dtype
+
+        def one(theta, ctx, scaling):
+            a, b = jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+            if not transformed:
+                a, b = (scaling.apply(x).astype(dtype) for x in (a, b))
+            R = self.family.monotone_rows(a, b, ctx)
             scale = jnp.abs(R) @ jnp.abs(theta)
             return jnp.all(R @ theta >= -rtol * scale)
 
         f = one
         for _ in range(self.theta.ndim - 1):
             f = jax.vmap(f)
-        return f(self.theta, self.context)
+        scaling = self.scaling
+        if not is_traced(scaling):  # files saved before it had a scaling hold scalars
+            scaling = jax.tree.map(lambda x: np.broadcast_to(x, self.batch_shape), scaling)
+        return f(self.theta, self.context, scaling)
 
     def is_monotone(self, *, rtol: float = 1e-9) -> jax.Array:
         """Whether the map is non-decreasing on its training range."""
-        return self.is_monotone_on(self.context.lo, self.context.hi, rtol=rtol)
+        return self._monotone_on(self.context.lo, self.context.hi, rtol=rtol, transformed=True)
 
 
 @jit
@@ -153,13 +190,27 @@ def _pad_problems(target: tuple[int, ...], s, t, w):
     return s, t, w
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LinearCalibratorEstimator(Calibrator):
-    """Shared ``fit`` / ``fit_batch`` / ``fit_bayes`` of the parametric estimators (frozen
-    dataclasses).
+    r"""Shared ``fit`` / ``fit_batch`` / ``fit_bayes`` of the parametric estimators (frozen
+    dataclasses), and the hyperparameters they share (keyword-only).
 
-    Subclasses define ``family`` (property), ``fitted_class`` and the hyperparameters
-    ``l2``, ``method``, ``max_iter``, ``tol``.
+    Args:
+        l2: L2 penalty :math:`\tfrac{l_2}{2}\lVert\theta_{\text{slopes}}\rVert^2` (the
+            intercept is not penalised; each calibrator names its slopes).
+        method: ``"discriminative"`` (the constrained logistic fit, default) or, where the
+            family has one (``methods``), ``"generative"``.
+        max_iter: Newton iterations per candidate active set.
+        tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
+            float64, ``1e-9`` in float32).
+
+    Subclasses define ``family`` (property), ``fitted_class`` and their own hyperparameters.
     """
+
+    l2: float = 0.0
+    method: str = "discriminative"
+    max_iter: int = 100
+    tol: float | None = None
 
     fitted_class: ClassVar[type]
     methods: ClassVar[tuple[str, ...]] = ("discriminative",)
@@ -188,9 +239,27 @@ class LinearCalibratorEstimator(Calibrator):
                 "loss='ips_positive' or 'snips', or method='discriminative'."
             )
 
-    def _make(self, theta, ctx, status) -> LinearLogitCalibrator:
+    def _make(self, theta, ctx, status, scaling: ScoreScaling) -> LinearLogitCalibrator:
         return self.fitted_class(
-            theta=theta, context=ctx, status=status, family=self.family, method=self.method
+            theta=theta,
+            context=ctx,
+            status=status,
+            family=self.family,
+            method=self.method,
+            scaling=scaling,
+        )
+
+    def _scaled(self, scores: np.ndarray, weights: np.ndarray, what: str):
+        """The exact transform of the training scores (``jaxcal.calibrators._scaling``): a
+        power of two where the family is scale-equivariant, a shift where it is
+        shift-equivariant (and the cast would merge scores); ``(scaling, s')``."""
+        return fit_scaling(
+            scores,
+            weights,
+            shift=self.family.shift_equivariant,
+            scale=self.family.scale_equivariant,
+            need_spread=True,
+            what=what,
         )
 
     def _run(self, fn, s, t, w):
@@ -219,9 +288,10 @@ class LinearCalibratorEstimator(Calibrator):
         (``fitted.status`` says why)."""
         self.family.check_scores(data.scores, data.weights)
         self._check_targets(data.targets, data.weights)
-        theta, ctx, status = self._run(fit_linear, data.scores, data.targets, data.weights)
+        scaling, s = self._scaled(data.scores, data.weights, type(self).__name__)
+        theta, ctx, status = self._run(fit_linear, s, data.targets, data.weights)
         warn_if_not_converged(status, type(self).__name__)
-        return self._make(theta, ctx, status)
+        return self._make(theta, ctx, status, scaling)
 
     def fit_batch(
         self,
@@ -258,78 +328,18 @@ class LinearCalibratorEstimator(Calibrator):
         )
         self.family.check_scores_batch(s, w)
         self._check_targets(t, w)
+        scaling, s = self._scaled(s, w, type(self).__name__ + ".fit_batch")
         theta, ctx, status = self._run(fit_linear_batch, s, t, w)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")
-        return self._make(theta, ctx, status)
+        return self._make(theta, ctx, status, scaling)
 
-    def fit_bayes(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-        method: str = "nuts",
-        key: jax.Array,
-        **kwargs: Any,
-    ):
-        """Posterior over this calibrator's map (NUTS or SVI); see ``jaxcal.bayes.fit_bayes``.
-
-        Every posterior draw is monotone on the training range (the prior lives on the
-        constraint values ``u >= 0``). Only the family of this estimator is used; ``l2`` is
-        replaced by the prior. Extra keyword arguments (``num_samples``, ``num_warmup``,
-        ``num_chains``, ``prior``, ...) are passed on.
-
-        Returns:
-            A ``jaxcal.bayes.Posterior`` (``predict``, credible intervals, ``save``).
-
-        Example:
-            >>> post = jaxcal.GaussianCalibration().fit_bayes(s, y, key=jax.random.key(0))
-        """
-        return fit_bayes(
-            self,
-            scores,
-            labels,
-            sample_weight=sample_weight,
-            propensity=propensity,
-            loss=loss,
-            method=method,
-            key=key,
-            **kwargs,
-        )
-
-    def fit_bayes_batch(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        group: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        propensity: ArrayLike | None = None,
-        loss: str = "naive",
-        method: str = "nuts",
-        key: jax.Array,
-        **kwargs: Any,
-    ):
-        """``B`` posteriors in one compiled call; see ``jaxcal.bayes.fit_bayes_batch``.
-
-        Inputs as in :meth:`fit_batch` (``[B, n]`` with ``mask``, or 1-D with ``group``).
-        """
-        return fit_bayes_batch(
-            self,
-            scores,
-            labels,
-            mask=mask,
-            group=group,
-            sample_weight=sample_weight,
-            propensity=propensity,
-            loss=loss,
-            method=method,
-            key=key,
-            **kwargs,
-        )
+    #: ``jaxcal.bayes.fit_bayes`` with this estimator as the calibrator: a posterior over
+    #: its map (NUTS or SVI) whose every draw is monotone on the training range; only the
+    #: family is used (``l2`` is replaced by the prior).
+    fit_bayes = functools.partialmethod(fit_bayes)
+    #: ``jaxcal.bayes.fit_bayes_batch`` with this estimator: ``B`` posteriors in one
+    #: compiled call (inputs as in :meth:`fit_batch`).
+    fit_bayes_batch = functools.partialmethod(fit_bayes_batch)
 
 
 def coefficient(index: int, doc: str) -> property:

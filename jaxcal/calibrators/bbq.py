@@ -62,6 +62,13 @@ from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._knots import cummax, cumsum
+from jaxcal.calibrators._scaling import (
+    ORDER,
+    ScoreScaling,
+    _ldexp_traced,
+    fit_scaling,
+    identity_scaling,
+)
 from jaxcal.calibrators.histogram import step_map
 
 __all__ = ["BBQ", "FittedBBQ", "bbq_bin_counts"]
@@ -96,8 +103,13 @@ def _model_layout(n_bins: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray
 
 
 @functools.partial(jit, static_argnames=("logit_scale",))
-def _fit_bbq(s, t, w, n, n_bins, m, model, bin_index, ess, *, logit_scale: bool):
+def _fit_bbq(s, t, w, n, n_bins, m, model, bin_index, ess, scaling, unit, *, logit_scale: bool):
     """Every model's score and bins, and their posterior-weighted average as a step map.
+
+    The scores are transformed, :math:`s' = s\\,2^{-k} - c` (``scaling``,
+    ``jaxcal.calibrators._scaling``): bins are cut in :math:`s'`, and the bin mid scores of
+    the prior are mapped back to scores, :math:`(s'_{mid} + c)\\,2^k`. ``unit``: the ends 0
+    and 1 of the probability scale, transformed.
 
     ``s, t, w`` hold ``n`` real points, then padding (copies of the largest score with zero
     weight, so the first ``n`` sorted scores are the real ones). ``n_bins`` holds the bin
@@ -118,8 +130,8 @@ def _fit_bbq(s, t, w, n, n_bins, m, model, bin_index, ess, *, logit_scale: bool)
     # points below ss[i]: the first position of its tie run
     new_run = jnp.concatenate([jnp.ones(1, bool), ss[1:] != ss[:-1]])
     run_start = cummax(jnp.where(new_run, jnp.arange(ss.shape[0]), 0))
-    lo_all = ss[0] if logit_scale else jnp.zeros((), s.dtype)
-    hi_all = ss[n - 1] if logit_scale else jnp.ones((), s.dtype)
+    lo_all = ss[0] if logit_scale else unit[0]
+    hi_all = ss[n - 1] if logit_scale else unit[1]
 
     n_slots = n_bins.shape[0]
     real = model < m
@@ -133,6 +145,7 @@ def _fit_bbq(s, t, w, n, n_bins, m, model, bin_index, ess, *, logit_scale: bool)
     m_b = jnp.clip(cm[cut_hi] - cm[cut_lo], 0.0, N_b)
     lo = jnp.where(has_lo, ss[pos_lo], lo_all)
     mid = 0.5 * (lo + jnp.where(has_hi, ss[pos_hi], hi_all))
+    mid = _ldexp_traced(mid + scaling.shift.astype(s.dtype), scaling.exponent)  # a score
     p = jax.nn.sigmoid(mid) if logit_scale else mid
     p = jnp.clip(p, 1e-6, 1.0 - 1e-6)  # keep the Beta prior proper at 0 / 1
     a0 = ess / B
@@ -184,7 +197,10 @@ class FittedBBQ(FittedCalibrator):
     """Fitted BBQ: an ensemble of equal-frequency histograms with posterior weights.
 
     Attributes:
-        edges: ``[M, B_max - 1]`` inner edges of each model (padded with ``+inf``).
+        edges: ``[M, B_max - 1]`` inner edges of each model (padded with ``+inf``), like
+            every edge here in the transformed score :math:`s' = s\\,2^{-k} - c`
+            (``scaling``; the identity unless the working precision could not hold the
+            training scores, ``jaxcal.calibrators._scaling``).
         theta: ``[M, B_max]`` posterior-mean probability of each bin (0 on padding).
         log_marginal_likelihood: ``[M]`` BDeu log marginal likelihood of each model.
         log_weight: ``[M]`` normalised log posterior weight of each model.
@@ -206,11 +222,12 @@ class FittedBBQ(FittedCalibrator):
     table_edges: jax.Array
     table_values: jax.Array
     logit_scale: bool = static_field(default=False)
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Posterior-weighted average of the models' bin probabilities (one search of the
         ensemble's table per score)."""
-        return step_map(scores, self.table_edges, self.table_values)
+        return step_map(self.scaling.apply(scores), self.table_edges, self.table_values)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -251,9 +268,10 @@ class BBQ(Calibrator):
         n_bins = bbq_bin_counts(n, float(self.c))
         m, b_max, n_pairs = n_bins.shape[0], int(n_bins[-1]), int(n_bins.sum())
         size = _shapes.padded_size(n)
-        padded = _shapes.pad_rows(
-            size, d.scores, d.targets, d.weights, fills=(d.scores.max(), 0, 0)
-        )
+        # bins depend on the order of the scores only; the prior reads the bin mid scores
+        # back in score units (_fit_bbq)
+        scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="BBQ")
+        padded = _shapes.pad_rows(size, s, d.targets, d.weights, fills=(s.max(), 0, 0))
         model_slots, pair_slots = _slots(n_bins, size, float(self.c))
         model, bin_index = _model_layout(n_bins, pair_slots)
         dtype = jnp.result_type(float)
@@ -265,6 +283,8 @@ class BBQ(Calibrator):
             model,
             bin_index,
             np.asarray(self.equivalent_sample_size, dtype),
+            scaling,
+            np.asarray(scaling.apply(np.array([0.0, 1.0])), dtype),
             logit_scale=logit,
         )
         lo, theta, log_ml, log_w, ss, table, is_edge, base = jax.device_get(out)
@@ -287,4 +307,5 @@ class BBQ(Calibrator):
             table_edges=jax.device_put(table_e),
             table_values=jax.device_put(table_v),
             logit_scale=logit,
+            scaling=scaling,
         )

@@ -71,6 +71,15 @@ class BetaFamily(LinearLogitFamily):
         if not (np.isfinite(self.margin) and self.margin > 0):
             raise ValueError(f"margin must be a finite number > 0; got {self.margin!r}.")
 
+    @property
+    def shift_equivariant(self) -> bool:
+        """``"range"`` rescaling is affine-invariant; probabilities (``"none"``) are not."""
+        return self.rescale == "range"
+
+    @property
+    def scale_equivariant(self) -> bool:
+        return self.rescale == "range"
+
     def transform(self, scores: ArrayLike, ctx: ScoreRange) -> jax.Array:
         """:math:`s'` in :math:`[\\epsilon, 1 - \\epsilon]`."""
         s = jnp.asarray(scores)
@@ -101,6 +110,18 @@ class BetaFamily(LinearLogitFamily):
                 "BetaCalibration(rescale='none') needs scores strictly inside (0, 1); got "
                 f"range [{s.min():.6g}, {s.max():.6g}]. Use rescale='range' for other scores."
             )
+        if self.rescale == "none":  # s' is clipped into [eps, 1 - eps] of the working dtype
+            dtype = jnp.result_type(float)
+            eps = float(jnp.finfo(dtype).eps)
+            clipped = np.clip(s.astype(dtype), eps, 1 - eps)
+            if clipped.min() == clipped.max():
+                raise ValueError(
+                    "BetaCalibration(rescale='none') clips probabilities into [eps, 1 - eps] "
+                    f"of {np.dtype(dtype).name} (JAX's working precision, eps = {eps:.3g}), and "
+                    f"all training scores (range [{s.min():.6g}, {s.max():.6g}]) fall on one "
+                    "value there: the map is not identified. Use rescale='range', or enable "
+                    "float64 (jax.config.update('jax_enable_x64', True))."
+                )
 
 
 @pytree_dataclass
@@ -114,22 +135,18 @@ class FittedBeta(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BetaCalibration(LinearCalibratorEstimator):
-    """Beta calibration estimator (Kull et al. 2017; hyperparameters keyword-only).
+    """Beta calibration estimator (Kull et al. 2017).
 
     Args:
         rescale: ``"range"`` (default) or ``"none"`` (scores are probabilities).
         margin: margin of the ``"range"`` rescaling (default 0.01).
-        l2: L2 penalty :math:`\\tfrac{l_2}{2}(a^2 + b^2)`.
-        method: only ``"discriminative"``.
-        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+
+    ``l2`` (on :math:`a, b`), ``method`` (only ``"discriminative"``), ``max_iter`` and ``tol``
+    as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
     """
 
     rescale: str = "range"
     margin: float = 0.01
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedBeta
 

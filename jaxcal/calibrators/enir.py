@@ -90,6 +90,7 @@ from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._enir_path import average_path, path_values, trace_path
 from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = ["ENIR", "FittedENIR", "near_isotonic_regression"]
 
@@ -197,21 +198,25 @@ class FittedENIR(FittedCalibrator):
     """Fitted ENIR: BIC-averaged near-isotonic fits at the training score runs.
 
     Attributes:
-        knots_x: ``[R]`` distinct training scores (sorted).
+        knots_x: ``[R]`` distinct training scores (sorted), transformed:
+            :math:`s' = s\\,2^{-k} - c` (``scaling``; the identity unless the working
+            precision could not hold the training scores, ``jaxcal.calibrators._scaling``).
         knots_y: ``[R]`` ensemble probability at each (clipped to [0, 1]).
         n_models: number of near-isotonic models on the path (breakpoints, lambda = 0 excluded).
         n_scored: how many of them were scored exactly; the others' BIC lower bound put
             their total weight below e^-40 of the best model's (see ``_enir_average``).
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
     """
 
     knots_x: jax.Array
     knots_y: jax.Array
     n_models: jax.Array
     n_scored: jax.Array
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Linear interpolation between the runs; constant beyond the ends."""
-        return knot_map(scores, self.knots_x, self.knots_y)
+        return knot_map(self.scaling.apply(scores), self.knots_x, self.knots_y)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,7 +237,8 @@ class ENIR(Calibrator):
         """Trace the path and BIC-average its breakpoint models (the CPU kernel, or the
         jitted JAX passes); models whose BIC bound puts their total weight below e^-40 of
         the best are skipped."""
-        xs, W, y, s1, s0, real = _runs_host(d.scores, d.targets, d.weights)
+        scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="ENIR")
+        xs, W, y, s1, s0, real = _runs_host(s, d.targets, d.weights)
         dtype = jnp.result_type(float)
         runs = (*(jax.device_put(np.asarray(a, dtype)) for a in (W, y, s1, s0)), real)
         n_eff = np.asarray(np.sum(d.weights > 0), dtype)
@@ -246,4 +252,5 @@ class ENIR(Calibrator):
             knots_y=jax.device_put(np.clip(np.asarray(acc)[: xs.size], 0.0, 1.0)),
             n_models=n_models,
             n_scored=n_scored,
+            scaling=scaling,
         )

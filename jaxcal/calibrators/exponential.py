@@ -41,6 +41,8 @@ class ExponentialFamily(LinearLogitFamily):
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b")
     intercept_index: ClassVar[int | None] = 1
+    shift_equivariant: ClassVar[bool] = True
+    scale_equivariant: ClassVar[bool] = True
 
     def transform(self, scores: ArrayLike, ctx: ScoreRange) -> jax.Array:
         """:math:`s' = s - s_{\\min}`."""
@@ -70,18 +72,10 @@ class FittedExponential(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExponentialCalibration(LinearCalibratorEstimator):
-    """Exponential calibration estimator (hyperparameters keyword-only).
-
-    Args:
-        l2: L2 penalty :math:`\\tfrac{l_2}{2} a^2`.
-        method: ``"discriminative"`` (default) or ``"generative"``.
-        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+    """Exponential calibration estimator: ``l2`` (on :math:`a`), ``method``
+    (``"discriminative"`` or ``"generative"``), ``max_iter`` and ``tol`` as in
+    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
     """
-
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedExponential
     methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")

@@ -77,6 +77,13 @@ class GammaFamily(LinearLogitFamily):
         if not (np.isfinite(self.shift) and self.shift > 0):
             raise ValueError(f"shift must be a finite number > 0; got {self.shift!r}.")
 
+    shift_equivariant: ClassVar[bool] = True  # s' = s - s_min + delta
+
+    @property
+    def scale_equivariant(self) -> bool:
+        """A relative shift scales with the scores; an absolute one does not."""
+        return self.relative_shift
+
     def delta(self, ctx: ScoreRange) -> jax.Array:
         """The absolute shift: ``shift * (s_max - s_min)``, or ``shift`` when
         ``relative_shift`` is false."""
@@ -132,21 +139,19 @@ class FittedGamma(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GammaCalibration(LinearCalibratorEstimator):
-    """Gamma calibration estimator (hyperparameters keyword-only).
+    """Gamma calibration estimator.
 
     Args:
         shift: :math:`\\delta` as a fraction of the training score range (default 0.01).
-        l2: L2 penalty :math:`\\tfrac{l_2}{2}(a^2 + b^2)`.
-        method: ``"discriminative"`` (constrained, default) or ``"generative"``.
-        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+        relative_shift: whether ``shift`` is relative to the score range (default) or in
+            score units.
+
+    ``l2`` (on :math:`a, b`), ``method`` (``"discriminative"`` or ``"generative"``),
+    ``max_iter`` and ``tol`` as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
     """
 
     shift: float = 0.01
     relative_shift: bool = True
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedGamma
     methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")

@@ -52,6 +52,8 @@ class GaussianFamily(LinearLogitFamily):
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b", "c")
     intercept_index: ClassVar[int | None] = 2
+    shift_equivariant: ClassVar[bool] = True  # a quadratic of s - c is a quadratic of s
+    scale_equivariant: ClassVar[bool] = True
 
     def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
         s = jnp.asarray(scores)
@@ -80,20 +82,10 @@ class FittedGaussian(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GaussianCalibration(LinearCalibratorEstimator):
-    """Gaussian calibration estimator (hyperparameters keyword-only).
-
-    Args:
-        l2: L2 penalty :math:`\\tfrac{l_2}{2}(a^2 + b^2)` (not on the intercept).
-        method: ``"discriminative"`` (constrained, default) or ``"generative"``.
-        max_iter: Newton iterations per candidate active set.
-        tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
-            float64, ``1e-9`` in float32).
+    """Gaussian calibration estimator: ``l2`` (on :math:`a, b`), ``method``
+    (``"discriminative"`` or ``"generative"``), ``max_iter`` and ``tol`` as in
+    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
     """
-
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedGaussian
     methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")

@@ -38,6 +38,7 @@ from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._knots import searchsorted
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
 
@@ -113,18 +114,22 @@ class FittedHistogram(FittedCalibrator):
     """Fitted histogram binning.
 
     Attributes:
-        edges: ``[B - 1]`` inner bin edges (non-decreasing).
+        edges: ``[B - 1]`` inner bin edges (non-decreasing), in the transformed score
+            :math:`s' = s\\,2^{-k} - c` (``scaling``; the identity unless the working
+            precision could not hold the training scores, ``jaxcal.calibrators._scaling``).
         values: ``[B]`` probability of each bin (empty bins filled, see module docstring).
         bin_weight: ``[B]`` total training weight per bin (0 marks a filled empty bin).
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
     """
 
     edges: jax.Array
     values: jax.Array
     bin_weight: jax.Array
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """The value of the bin each score falls in (ends extend to +-infinity)."""
-        return step_map(scores, self.edges, self.values)
+        return step_map(self.scaling.apply(scores), self.edges, self.values)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,8 +153,11 @@ class HistogramBinning(Calibrator):
     def _fit(self, d: FitData) -> FittedHistogram:
         """Fit on one problem (validated eagerly, jitted core)."""
         n = d.scores.shape[0]
+        scaling, s = fit_scaling(
+            d.scores, d.weights, shift=True, kind=ORDER, what="HistogramBinning"
+        )
         padded = _shapes.pad_rows(
-            _shapes.padded_size(n), d.scores, d.targets, d.weights, fills=(d.scores.max(), 0, 0)
+            _shapes.padded_size(n), s, d.targets, d.weights, fills=(s.max(), 0, 0)
         )
         dtype = jnp.result_type(float)
         edges, values, W = _fit_histogram(
@@ -158,4 +166,4 @@ class HistogramBinning(Calibrator):
             n_bins=int(self.n_bins),
             strategy=self.strategy,
         )
-        return FittedHistogram(edges=edges, values=values, bin_weight=W)
+        return FittedHistogram(edges=edges, values=values, bin_weight=W, scaling=scaling)

@@ -83,6 +83,7 @@ from jaxcal.calibrators._isotonic_fit import (
     isotonic_regression,
 )
 from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = [
     "isotonic_regression",
@@ -101,8 +102,10 @@ class FittedIsotonic(FittedCalibrator):
     """A fitted isotonic calibrator: a monotone piecewise-constant / -linear map.
 
     Attributes:
-        knots_x: ``[K]`` strictly increasing knot positions in ``u`` = ``s`` (or ``-s`` when
-            ``increasing=False``).
+        knots_x: ``[K]`` strictly increasing knot positions in ``u`` = ``s'`` (or ``-s'`` when
+            ``increasing=False``), :math:`s' = s\\,2^{-k} - c` the transformed score
+            (``scaling``: the identity unless the working precision could not hold the
+            training scores, see ``jaxcal.calibrators._scaling``).
         knots_y: ``[K]`` non-decreasing probabilities at the knots (clipped / trimmed).
         increasing: whether the map is non-decreasing in the score (``"auto"`` resolved).
         interpolation: ``"linear"`` (between knots) or ``"step"`` (value of the last knot at
@@ -110,6 +113,8 @@ class FittedIsotonic(FittedCalibrator):
         out_of_bounds: scores outside the training range (the first and last knot) get the
             end values (``"clip"``), NaN (``"nan"``) or raise ``ValueError`` (``"raise"``;
             inside ``jit`` they get NaN).
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` applied to the
+            scores before the knots are looked up.
     """
 
     knots_x: jax.Array
@@ -117,6 +122,7 @@ class FittedIsotonic(FittedCalibrator):
     increasing: bool = static_field(default=True)
     interpolation: str = static_field(default="linear")
     out_of_bounds: str = static_field(default="clip")
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Calibrated probabilities (any shape of ``scores``; float32 when the scores are
@@ -128,7 +134,7 @@ class FittedIsotonic(FittedCalibrator):
                 ``out_of_bounds="raise"``.
         """
         return knot_map(
-            scores,
+            self.scaling.apply(scores),
             self.knots_x,
             self.knots_y,
             increasing=self.increasing,
@@ -217,11 +223,14 @@ def isotonic_map(
     out_of_bounds: str = "clip",
     lo: float = -np.inf,
     hi: float = np.inf,
+    what: str = "IsotonicCalibration",
 ) -> FittedIsotonic:
     """The fitted isotonic map of real-valued ``targets`` (validated float64 host arrays),
     knots clipped to ``[lo, hi]``: ``IsotonicCalibration.fit`` after its input checks and
     loss weighting (which then clips to probabilities). ``increasing="auto"`` is resolved
-    here (:func:`check_increasing`)."""
+    here (:func:`check_increasing`). The scores are first transformed exactly into what the
+    working precision holds (``jaxcal.calibrators._scaling``)."""
+    scaling, scores = fit_scaling(scores, weights, shift=True, kind=ORDER, what=what)
     if isinstance(increasing, str):
         increasing = check_increasing(scores, targets, weights)
     u, v = isotonic_knots(
@@ -235,6 +244,7 @@ def isotonic_map(
         increasing=bool(increasing),
         interpolation=interpolation,
         out_of_bounds=out_of_bounds,
+        scaling=scaling,
     )
 
 

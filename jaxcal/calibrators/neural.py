@@ -67,6 +67,7 @@ from jaxcal.calibrators._neural_core import (
     train,
     training_loss,
 )
+from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = [
     "NeuralCalibration",
@@ -122,6 +123,9 @@ class FittedNeuralCalibration(FittedCalibrator):
         cardinalities: per-field number of values :math:`C_f` (empty: no fields).
         score_type: ``"logit"`` or ``"probability"`` (probabilities are mapped to logits,
             clipped to machine epsilon).
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of logit scores
+            (the knots refer to :math:`l\,2^{-k}`; the identity unless the working precision
+            could not hold the training logits, ``jaxcal.calibrators._scaling``).
     """
 
     knots: jax.Array
@@ -132,6 +136,7 @@ class FittedNeuralCalibration(FittedCalibrator):
     biases: tuple
     cardinalities: tuple = static_field(default=())
     score_type: str = static_field(default="logit")
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     @property
     def offsets(self) -> jax.Array:
@@ -182,9 +187,9 @@ class FittedNeuralCalibration(FittedCalibrator):
         )
         shape = np.shape(scores)  # the output keeps it
         if _shapes.is_traced(scores, fields, self.knots, self.values, self._network()):
-            s = jnp.asarray(scores).reshape(-1)
+            s = self.scaling.apply(jnp.asarray(scores)).reshape(-1)
             return core(s, fields, self.knots, self.values, *self._network()).reshape(shape)
-        s = np.asarray(scores).reshape(-1)
+        s = np.asarray(self.scaling.apply(scores)).reshape(-1)
         n = s.shape[0]
         if n == 0:
             return jax.device_put(np.zeros(shape, jnp.result_type(float)))
@@ -372,6 +377,12 @@ class NeuralCalibration:
         data = prepare_fit(s, labels, sample_weight=sample_weight, propensity=propensity, loss=loss)
         n = s.shape[0]
         dtype = jnp.result_type(float)
+        # logits the working precision cannot hold are rescaled by an exact power of two (the
+        # map is piecewise linear in the logit; probabilities are not rescaled)
+        scalable = self.score_type == "logit"
+        scaling, s = fit_scaling(
+            s, data.weights, shift=False, scale=scalable, need_spread=True, what="NeuralCalibration"
+        )
         logits = to_logit_host(s, self.score_type, dtype)
         keep = data.weights > 0
         knots = np.unique(np.quantile(logits[keep], np.linspace(0, 1, self.n_knots)))
@@ -434,6 +445,7 @@ class NeuralCalibration:
             biases=tuple(params["biases"]),
             cardinalities=cards,
             score_type=self.score_type,
+            scaling=scaling,
         )
 
 
@@ -450,6 +462,7 @@ def objective(
     """The training objective at a fitted calibrator (for diagnostics and tests)."""
     s = check_1d(scores, "scores")
     data = prepare_fit(s, labels, sample_weight=sample_weight)
+    s = np.asarray(fitted.scaling.apply(s), np.float64)
     n = s.shape[0]
     size = _shapes.padded_size(n)  # padding: see _objective_core
     rows = _shapes.pad_rows(size, s, data.targets, data.weights, fills=(s[0], 0, 0))

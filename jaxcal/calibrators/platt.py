@@ -42,6 +42,8 @@ class PlattFamily(LinearLogitFamily):
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b")
     intercept_index: ClassVar[int | None] = 1
+    shift_equivariant: ClassVar[bool] = True
+    scale_equivariant: ClassVar[bool] = True
 
     def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
         s = jnp.asarray(scores)
@@ -61,21 +63,11 @@ class FittedPlatt(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PlattScaling(LinearCalibratorEstimator):
-    """Platt scaling estimator (hyperparameters keyword-only).
-
-    Args:
-        l2: L2 penalty :math:`\\tfrac{l_2}{2} a^2` (the intercept is not penalised).
-        method: only ``"discriminative"`` (for the generative equal-variance Gaussian fit use
-            ``GaussianCalibration`` / ``jaxcal.scoremodels``).
-        max_iter: Newton iterations per candidate active set.
-        tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
-            float64, ``1e-9`` in float32).
+    """Platt scaling estimator: ``l2`` (on :math:`a`), ``method``, ``max_iter`` and ``tol``
+    as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`. ``method`` is
+    only ``"discriminative"`` (for the generative equal-variance Gaussian fit use
+    ``GaussianCalibration`` / ``jaxcal.scoremodels``).
     """
-
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedPlatt
 

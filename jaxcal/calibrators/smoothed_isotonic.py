@@ -56,6 +56,7 @@ from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._isotonic_fit import eager_kernel, pav_runs
 from jaxcal.calibrators._knots import knot_map, searchsorted
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = ["SmoothedIsotonic", "FittedSmoothedIsotonic", "negative_downsampling_correction"]
 
@@ -74,6 +75,7 @@ def negative_downsampling_correction(probs: ArrayLike, rate: ArrayLike) -> jax.A
         ValueError: if (concrete) ``probs`` lie outside [0, 1] or ``rate`` outside (0, 1].
 
     Example:
+        >>> from jaxcal import negative_downsampling_correction
         >>> negative_downsampling_correction(0.5, 0.1)   # 1/11
         Array(0.0909091, dtype=float32)
     """
@@ -123,18 +125,24 @@ class FittedSmoothedIsotonic(FittedCalibrator):
     """Fitted SIR: a monotone piecewise-linear map through ``(knots_x, knots_y)``.
 
     Attributes:
-        knots_x: ``[K]`` strictly increasing knot scores (bucket or pooled-run centres).
+        knots_x: ``[K]`` strictly increasing knot scores (bucket or pooled-run centres) of
+            the transformed score :math:`s' = s\\,2^{-k} - c` (``scaling``; the identity
+            unless the working precision could not hold the training scores,
+            ``jaxcal.calibrators._scaling``).
         knots_y: ``[K]`` non-decreasing probabilities at the knots.
-        increasing: whether the map is non-decreasing in the score (else knots are in -s).
+        increasing: whether the map is non-decreasing in the score (else knots are in -s').
+        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
     """
 
     knots_x: jax.Array
     knots_y: jax.Array
     increasing: bool = static_field(default=True)
+    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Linear interpolation between knots; constant beyond the first / last knot."""
-        return knot_map(scores, self.knots_x, self.knots_y, increasing=self.increasing)
+        s = self.scaling.apply(scores)
+        return knot_map(s, self.knots_x, self.knots_y, increasing=self.increasing)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -160,7 +168,10 @@ class SmoothedIsotonic(Calibrator):
 
     def _fit(self, d: FitData) -> FittedSmoothedIsotonic:
         """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted)."""
-        u = d.scores if self.increasing else -d.scores
+        scaling, s = fit_scaling(
+            d.scores, d.weights, shift=True, kind=ORDER, what="SmoothedIsotonic"
+        )
+        u = s if self.increasing else -s
         n = u.shape[0]
         # only the ratios of the weights matter: normalised (largest in [1, 2)) before the
         # bucket sums and a float32 cast can underflow or overflow them
@@ -197,4 +208,5 @@ class SmoothedIsotonic(Calibrator):
             knots_x=jax.device_put(np.asarray(ms, dtype)),
             knots_y=jax.device_put(np.asarray(v, dtype)),
             increasing=bool(self.increasing),
+            scaling=scaling,
         )

@@ -9,11 +9,11 @@ weighted logistic loss; ``l2`` penalises :math:`\beta^2`.
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
-    >>> logits = rng.normal(0.0, 3.0, 1000)
-    >>> labels = (rng.uniform(size=1000) < 1 / (1 + np.exp(-logits / 2))).astype(int)
+    >>> logits = rng.normal(0.0, 3.0, 5000)
+    >>> labels = (rng.uniform(size=5000) < 1 / (1 + np.exp(-logits / 2))).astype(int)
     >>> cal = jaxcal.TemperatureScaling().fit(logits, labels)
-    >>> round(float(cal.temperature), 1)  # close to 2
-    2.0
+    >>> round(float(cal.temperature), 2)  # the MLE; the labels were drawn with T = 2
+    1.99
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class TemperatureFamily(LinearLogitFamily):
 
     param_names: ClassVar[tuple[str, ...]] = ("inv_temperature",)
     intercept_index: ClassVar[int | None] = None
+    scale_equivariant: ClassVar[bool] = True  # no intercept: not shift-equivariant
 
     def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
         return jnp.asarray(scores)[..., None]
@@ -68,18 +69,10 @@ class FittedTemperature(LinearLogitCalibrator):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TemperatureScaling(LinearCalibratorEstimator):
-    """Binary temperature scaling (scores are logits; hyperparameters keyword-only).
-
-    Args:
-        l2: L2 penalty :math:`\\tfrac{l_2}{2}\\beta^2`.
-        method: only ``"discriminative"``.
-        max_iter, tol: Newton stopping rule (see ``PlattScaling``).
+    """Binary temperature scaling (scores are logits): ``l2`` (on :math:`\\beta`),
+    ``method`` (only ``"discriminative"``), ``max_iter`` and ``tol`` as in
+    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
     """
-
-    l2: float = 0.0
-    method: str = "discriminative"
-    max_iter: int = 100
-    tol: float | None = None
 
     fitted_class: ClassVar[type] = FittedTemperature
 

@@ -90,6 +90,11 @@ class LinearLogitFamily:
 
     param_names: ClassVar[tuple[str, ...]]
     intercept_index: ClassVar[int | None] = None
+    #: whether fitting on ``s - c`` gives the same map (then the calibrators may shift scores
+    #: that the working precision cannot resolve, ``jaxcal.calibrators._scaling``)
+    shift_equivariant: ClassVar[bool] = False
+    #: whether fitting on ``s * 2**-k`` gives the same map (with ``l2 = 0``)
+    scale_equivariant: ClassVar[bool] = False
 
     # --- to implement -------------------------------------------------------------------
     def features(self, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
