@@ -31,6 +31,7 @@ _EXPORTS = {
     "ENIR": "jaxcal.calibrators",
     "SmoothedIsotonic": "jaxcal.calibrators",
     "NeuralCalibration": "jaxcal.calibrators",
+    "VennAbers": "jaxcal.calibrators",
     "isotonic_regression": "jaxcal.calibrators",
     "negative_downsampling_correction": "jaxcal.calibrators",
     # persistence

@@ -1,5 +1,7 @@
 """Metrics: calibration (ECE, MCE, NLL, Brier, reliability), discrimination (AUC),
-field-level calibration (Pan et al. 2020), ECE estimators, and per-user ranking metrics
+field-level calibration (Pan et al. 2020), ECE estimators, CORP reliability curves and score
+decompositions (Dimitriadis et al. 2021), calibration tests (SKCE, Spiegelhalter's z), and
+per-user ranking metrics
 (``ndcg_at_k``, ``recall_at_k``; the per-user AUC is ``jaxcal.metrics.ranking.auc``, apart
 from the pooled binary ``auc``)."""
 
@@ -24,5 +26,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "ranking": "jaxcal.metrics.ranking",
         "ndcg_at_k": "jaxcal.metrics.ranking",
         "recall_at_k": "jaxcal.metrics.ranking",
+        "corp_decomposition": "jaxcal.metrics.corp",
+        "corp_reliability": "jaxcal.metrics.corp",
+        "skce": "jaxcal.metrics.calibration_tests",
+        "spiegelhalter_z": "jaxcal.metrics.calibration_tests",
     },
 )
