@@ -111,11 +111,15 @@ def calibration_map(
         axh = ax.twinx()
         s, y = hist
         bins = np.linspace(lo, hi, 60)
+        # one filled step patch per histogram (hist draws a patch per bin)
         if y is None:
-            axh.hist(s, bins=bins, color="0.75", alpha=0.6, label="scores")
+            axh.stairs(np.histogram(s, bins)[0], bins, fill=True, color="0.75", alpha=0.6,
+                       label="scores")  # fmt: skip
         else:
-            axh.hist(s[y == 0], bins=bins, color=NEGATIVE_COLOR, alpha=0.18, label="y = 0")
-            axh.hist(s[y == 1], bins=bins, color=POSITIVE_COLOR, alpha=0.25, label="y = 1")
+            axh.stairs(np.histogram(s[y == 0], bins)[0], bins, fill=True, color=NEGATIVE_COLOR,
+                       alpha=0.18, label="y = 0")  # fmt: skip
+            axh.stairs(np.histogram(s[y == 1], bins)[0], bins, fill=True, color=POSITIVE_COLOR,
+                       alpha=0.25, label="y = 1")  # fmt: skip
         axh.set_yscale("log")
         axh.set_ylabel("count (histogram, log scale)", color="0.4")
         axh.tick_params(axis="y", colors="0.4")

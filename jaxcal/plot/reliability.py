@@ -51,7 +51,8 @@ def reliability_diagram(
     """Draw a reliability diagram (one panel per calibrator) and write it as a PNG.
 
     Each panel shows, per bin, the accuracy (blue bars), the gap to the mean confidence
-    (red hatched bars, from accuracy to confidence), the diagonal of perfect calibration,
+    (translucent red bars, from accuracy to confidence; not hatched, which would cost a
+    fifth of the drawing time), the diagonal of perfect calibration,
     and underneath the share of samples per bin (grey, log scale). The panel title gives
     the ECE (``ece_bins`` equal-width bins, as in ``jaxcal.metrics.ece``).
 
@@ -76,8 +77,15 @@ def reliability_diagram(
         ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
         ValueError: invalid probabilities / labels / weights (as in ``jaxcal.metrics``).
 
-    Example:
-        >>> reliability_diagram({"naive": p_naive, "IPS": p_ips}, relevance, "rel.png")
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import numpy as np
+        >>> from jaxcal.plot import reliability_diagram
+        >>> rng = np.random.default_rng(0)
+        >>> p_ips = rng.uniform(size=2000)  # calibrated
+        >>> relevance = (rng.uniform(size=2000) < p_ips).astype(float)
+        >>> p_naive = 0.5 * p_ips  # too low, as a naive fit on missing-not-at-random clicks
+        >>> reliability_diagram({"naive": p_naive, "IPS": p_ips}, relevance, "rel.png").name
+        'rel.png'
     """
     panels = _as_panels(probs)
     tables = {
@@ -100,7 +108,7 @@ def reliability_diagram(
         inner = outer[k // ncols, k % ncols].subgridspec(2, 1, height_ratios=(3, 1), hspace=0.05)
         ax = fig.add_subplot(inner[0])
         ax_count = fig.add_subplot(inner[1], sharex=ax)
-        _draw_panel(ax, ax_count, table, symmetric=symmetric)
+        _draw_panel(ax, ax_count, table, symmetric=symmetric, legend=k == 0)
         label = f"{name}: ECE = {err:.4f}" if name else f"ECE = {err:.4f}"
         ax.set_title(label, fontsize=10)
         if k % ncols:
@@ -111,7 +119,9 @@ def reliability_diagram(
     return save_figure(fig, path, dpi=dpi)
 
 
-def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
+def _draw_panel(
+    ax: Any, ax_count: Any, table: Any, *, symmetric: bool, legend: bool = True
+) -> None:
     from matplotlib.ticker import LogLocator, NullLocator
 
     edges = np.asarray(table.edges)
@@ -122,7 +132,7 @@ def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
     ax.bar(left[full], acc[full], width[full], align="edge", color=ACCURACY_COLOR,
            edgecolor="white", linewidth=0.6, label="accuracy")  # fmt: skip
     ax.bar(left[full], (conf - acc)[full], width[full], bottom=acc[full], align="edge",
-           color=GAP_COLOR, alpha=0.35, edgecolor=GAP_COLOR, hatch="//", linewidth=0.6,
+           color=GAP_COLOR, alpha=0.35, edgecolor=GAP_COLOR, linewidth=0.6,
            label="gap to confidence")  # fmt: skip
     ax.plot(center[full], conf[full], "o", color=GAP_COLOR, markersize=3, label="confidence")
     ax.plot([0, 1], [0, 1], "--", color="black", linewidth=0.8)
@@ -134,7 +144,8 @@ def _draw_panel(ax: Any, ax_count: Any, table: Any, *, symmetric: bool) -> None:
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.tick_params(labelbottom=False)
-    ax.legend(loc="upper left", fontsize=7, frameon=False)
+    if legend:  # one legend per figure: every panel draws the same three artists
+        ax.legend(loc="upper left", fontsize=7, frameon=False)
     ax.grid(alpha=0.25)
     share = np.asarray(table.count) / max(float(np.sum(table.count)), 1.0)
     some = share > 0
