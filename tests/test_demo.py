@@ -220,28 +220,7 @@ def test_popularity_propensities(truth):
         demo.run_demo(n_users=5, n_items=5, calibrators=["Nope"])
 
 
-@pytest.mark.parametrize(
-    "page", [pytest.param("tutorial.md", marks=pytest.mark.slow), "metrics.md"]
-)
-def test_docs_code_blocks_run(page, tmp_path):
-    """Every ```python block of the page, concatenated in order, runs in a fresh process."""
-    import re
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
-    assert len(blocks) >= 2, page
-    script = tmp_path / "page.py"
-    script.write_text("\n".join(blocks), encoding="utf-8")
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    if page == "tutorial.md":
-        for png in ("reliability", "maps", "scores"):
-            assert (tmp_path / "plots" / f"{png}.png").stat().st_size > 0
-        assert "(4,)" in out.stdout
+# The code blocks of docs/*.md (the tutorial's included) run in tests/test_docs_examples.py.
 
 
 def test_threads_do_not_change_results(run):

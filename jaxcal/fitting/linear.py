@@ -38,23 +38,25 @@ def _fit_inputs(family: LinearLogitFamily, scores, weights):
     return ctx, s, family.constraints(ctx)
 
 
+def _solver_options(family: LinearLogitFamily, ctx, max_iter, tol, stride) -> dict:
+    """The keyword arguments of ``solve`` / ``solve_batch`` for a family's fit: its
+    features built inside every data pass from the context ``ctx``."""
+    return {
+        "intercept": family.intercept_index,
+        "max_iter": max_iter,
+        "tol": tol,
+        "features": family.features,
+        "aux": ctx,
+        "stride": stride,
+    }
+
+
 @functools.partial(jit, static_argnames=("family", "stride"))
 def _solve_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol, *, stride):
     """Discriminative fit of one problem, features built inside every data pass."""
     ctx, s, C = _fit_inputs(family, scores, weights)
-    theta, status = solve(
-        s,
-        targets,
-        weights,
-        C,
-        l2,
-        intercept=family.intercept_index,
-        max_iter=max_iter,
-        tol=tol,
-        features=family.features,
-        aux=ctx,
-        stride=stride,
-    )
+    options = _solver_options(family, ctx, max_iter, tol, stride)
+    theta, status = solve(s, targets, weights, C, l2, **options)
     return theta, ctx, status
 
 
@@ -64,20 +66,8 @@ def _solve_batch_jit(
 ):
     """Discriminative fit of ``B`` problems (``[B, n]`` arrays)."""
     ctx, s, C = jax.vmap(functools.partial(_fit_inputs, family))(scores, weights)
-    theta, status = solve_batch(
-        s,
-        targets,
-        weights,
-        C,
-        l2,
-        intercept=family.intercept_index,
-        max_iter=max_iter,
-        tol=tol,
-        features=family.features,
-        aux=ctx,
-        stride=stride,
-        lockstep=lockstep,
-    )
+    options = _solver_options(family, ctx, max_iter, tol, stride)
+    theta, status = solve_batch(s, targets, weights, C, l2, lockstep=lockstep, **options)
     return theta, ctx, status
 
 

@@ -60,7 +60,12 @@ Unbounded objectives (possible with IPS targets :math:`t > 1`, where :math:`\sum
 \sum_i w_i` sends the intercept to :math:`+\infty`) and separable data with
 ``l2 = 0`` have no minimiser: the solver stops with ``converged = False`` (code
 ``DIVERGED`` or ``MAX_ITER``) and returns its last finite iterate, never NaN. The estimator
-shells turn this into a :class:`ConvergenceWarning`.
+shells turn this into a :class:`ConvergenceWarning`. On separable data, Newton may instead
+bring the objective (whose infimum is 0) within the tolerance first; it then reports
+``CONVERGED`` with a near-step map. The unconstrained problem may have no minimiser while
+the constrained one has (a quadratic logit that separates the classes is not monotone):
+the constrained stages then restart from the intercept-only point when the unconstrained
+iterate is no usable warm start (see ``_active_set_solve``).
 """
 
 from __future__ import annotations
@@ -217,6 +222,7 @@ class _Search(NamedTuple):
     unconstrained: jax.Array  # warm start of the later stages
     restart: jax.Array  # [p] start of the unconstrained stage
     done: jax.Array
+    cold: jax.Array  # bool: the stage runs again, from prob.eta0 (see body)
 
 
 def _pack(c: _Candidate, active) -> jax.Array:
@@ -254,6 +260,9 @@ def _active_set_solve(
     3. Every non-empty active set, warm-started from the unconstrained optimum; the
        feasible candidate with the lowest objective wins, the unconstrained one included.
 
+    A solve of stage 2 or 3 that does not converge from the unconstrained iterate is run
+    once more from ``prob.eta0`` before its stage counts.
+
     Under ``vmap`` every problem walks its own stages in the same loop.
     """
     k, p = prob.C.shape
@@ -285,7 +294,9 @@ def _active_set_solve(
         active = jnp.select(
             [is_polish, is_unc, stage == _VIOLATED], [guess, none, violated], subset
         )
-        eta0 = jnp.select([is_polish, is_unc], [guess_start, st.restart], unc.eta)
+        eta0 = jnp.select(
+            [is_polish, is_unc, st.cold], [guess_start, st.restart, prob.eta0], unc.eta
+        )
         iters = jnp.where(is_polish, jnp.minimum(max_iter, _POLISH_ITER), max_iter)
         c = _newton(prob._replace(eta0=eta0), phi, active, iters, tol)
         v = _pack(c, active)
@@ -300,14 +311,25 @@ def _active_set_solve(
         last = (stage >= _ENUMERATE + n_sub - 1) | (k == 0)
         take_unc = (k == 0) | (feasible_objective(unconstrained) <= feasible_objective(best))
         result = jnp.where(found, v, jnp.where(take_unc, unconstrained, best))
-        return _Search(
+        new = _Search(
             stage=jnp.where(is_polish, _UNCONSTRAINED, stage + 1).astype(jnp.int32),
             result=result,
             best=best,
             unconstrained=unconstrained,
             restart=jnp.where(is_polish & (c.code == CONVERGED), c.eta, st.restart),
             done=found | (last & ~is_polish),
+            cold=jnp.asarray(False),
         )
+        # A constrained stage that did not converge from the unconstrained iterate runs
+        # once more from prob.eta0 (the intercept-only start, on the face). The warm start
+        # is far out when the unconstrained problem has no minimiser although the
+        # constrained one has (a quadratic logit that separates the classes, which only
+        # the monotonicity constraint rules out, with the top score a negative): there the
+        # logits saturate, the Hessian vanishes and Newton on the face fails.
+        retry = (
+            ~is_polish & ~is_unc & ~st.cold & (c.code != CONVERGED) & jnp.any(unc.eta != prob.eta0)
+        )
+        return jax.tree.map(lambda old, x: jnp.where(retry, old, x), st._replace(cold=retry), new)
 
     init = _Search(
         stage=jnp.int32(_POLISH if polish else _UNCONSTRAINED),
@@ -316,6 +338,7 @@ def _active_set_solve(
         unconstrained=blank,
         restart=prob.eta0,
         done=jnp.asarray(False),
+        cold=jnp.asarray(False),
     )
     return _unpack(jax.lax.while_loop(lambda st: ~st.done, body, init).result, p)
 
