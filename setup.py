@@ -25,6 +25,7 @@ setup(
         Extension(
             "jaxcal._native._pav_cpu",
             sources=["jaxcal/_native/pav_cpu.cc", "jaxcal/_native/enir_cpu.cc"],
+            depends=["jaxcal/_native/workspace_lease.h"],
             include_dirs=[_xla_ffi_include()],
             language="c++",
             # the warnings silenced come from the XLA FFI headers

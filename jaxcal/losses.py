@@ -136,6 +136,8 @@ def implied_base_rate(
         ValueError: bad labels, weights or propensities, unknown loss.
 
     Example:
+        >>> import numpy as np
+        >>> from jaxcal.losses import implied_base_rate
         >>> implied_base_rate(np.r_[1, 0, 0, 0])
         0.25
     """

@@ -38,6 +38,7 @@ import ctypes
 import functools
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -94,40 +95,53 @@ def _load() -> bool:
     return _register() and _self_test()
 
 
-def _self_test() -> bool:
-    """One tiny problem with a tie, a violation, a zero-weight point and three groups,
-    against its known answer.
+def _passes_in_thread(check: Callable[[], bool], name: str) -> bool:
+    """``check()`` run in a thread of its own, ``False`` if it raises (a library built
+    against an incompatible XLA fails when it first runs).
 
-    Run in a thread of its own: JAX's tracing state is per thread, so the test computes
-    eagerly even when the first use of the kernel is inside a ``jit`` / ``vmap`` trace."""
-    x = np.array([0.0, 1.0, 1.0, 2.0, 0.0, 1.0, 0.0, 1.0, 2.0], np.float32)
-    y = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 1.0, 0.0, 5.0, 2.0], np.float32)
-    w = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0], np.float32)
-    g = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2], np.int32)
-    expected = [0.5, 0.5, 0.5, 0.5, 1.5, 1.5, 0.0, 1.0, 2.0]
+    JAX's tracing state is per thread, so the check computes eagerly even when the first
+    use of a kernel is inside a ``jit`` / ``vmap`` trace."""
     result: list[bool] = []
 
     def run() -> None:
         try:
-            cpu = jax.devices("cpu")[0]
-            args = (jax.device_put(a, cpu) for a in (x, y, w, g))
-            fitted = np.asarray(jax.jit(pav_fitted_cpu)(*args))
-            result.append(bool(np.allclose(fitted, expected)))
+            result.append(bool(check()))
         except Exception:  # a library built against an incompatible XLA
             result.append(False)
 
-    thread = threading.Thread(target=run, name="jaxcal-native-self-test")
+    thread = threading.Thread(target=run, name=name)
     thread.start()
     thread.join()
     return bool(result) and result[0]
 
 
+def _turned_off() -> bool:
+    """Whether ``JAXCAL_NATIVE=0`` (or ``false`` / ``no`` / ``off``) turns the kernels off."""
+    return os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def _self_test() -> bool:
+    """One tiny problem with a tie, a violation, a zero-weight point and three groups,
+    against its known answer (:func:`_passes_in_thread`)."""
+    x = np.array([0.0, 1.0, 1.0, 2.0, 0.0, 1.0, 0.0, 1.0, 2.0], np.float32)
+    y = np.array([1.0, 0.0, 1.0, 0.0, 2.0, 1.0, 0.0, 5.0, 2.0], np.float32)
+    w = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0], np.float32)
+    g = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2], np.int32)
+    expected = [0.5, 0.5, 0.5, 0.5, 1.5, 1.5, 0.0, 1.0, 2.0]
+
+    def check() -> bool:
+        cpu = jax.devices("cpu")[0]
+        args = (jax.device_put(a, cpu) for a in (x, y, w, g))
+        fitted = np.asarray(jax.jit(pav_fitted_cpu)(*args))
+        return np.allclose(fitted, expected)
+
+    return _passes_in_thread(check, "jaxcal-native-self-test")
+
+
 def pav_cpu_available() -> bool:
     """Whether the compiled CPU kernel is built, loads, passes its self-test and is not
     turned off by ``JAXCAL_NATIVE=0``."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    return _load()
+    return not _turned_off() and _load()
 
 
 def pav_fitted_cpu(
@@ -258,37 +272,26 @@ def _load_enir() -> bool:
 
 def _enir_self_test() -> bool:
     """Six runs and two padding runs, three breakpoint models, against the known average
-    (computed by the pure-JAX path). In a thread of its own, as :func:`_self_test`."""
+    (computed by the pure-JAX path; :func:`_passes_in_thread`)."""
     w = np.array([1.0, 2.0, 1.0, 1.0, 3.0, 1.0, 0.0, 0.0], np.float32)
     y = np.array([0.2, 0.9, 0.1, 0.6, 0.3, 1.0, 0.0, 0.0], np.float32)
     real = np.arange(8) < 6
     expected = [0.2, 0.6358582, 0.4199914, 0.4270731, 0.4270731, 1.0, 0.0, 0.0]
-    result: list[bool] = []
 
-    def run() -> None:
-        try:
-            cpu = jax.devices("cpu")[0]
-            args = [w, y, w * y, w * (1 - y), real, np.float32(9.0), np.float32(1e-3)]
-            acc, n_models, n_scored, _ = jax.jit(enir_fit_cpu)(
-                *(jax.device_put(a, cpu) for a in args)
-            )
-            ok = np.allclose(np.asarray(acc), expected, rtol=0, atol=1e-5)
-            result.append(bool(ok and int(n_models) == 3 and int(n_scored) == 3))
-        except Exception:  # a library built against an incompatible XLA
-            result.append(False)
+    def check() -> bool:
+        cpu = jax.devices("cpu")[0]
+        args = [w, y, w * y, w * (1 - y), real, np.float32(9.0), np.float32(1e-3)]
+        acc, n_models, n_scored, _ = jax.jit(enir_fit_cpu)(*(jax.device_put(a, cpu) for a in args))
+        ok = np.allclose(np.asarray(acc), expected, rtol=0, atol=1e-5)
+        return ok and int(n_models) == 3 and int(n_scored) == 3
 
-    thread = threading.Thread(target=run, name="jaxcal-native-enir-self-test")
-    thread.start()
-    thread.join()
-    return bool(result) and result[0]
+    return _passes_in_thread(check, "jaxcal-native-enir-self-test")
 
 
 def enir_cpu_available() -> bool:
     """Whether the compiled ENIR kernel is built, loads, passes its self-test and is not
     turned off by ``JAXCAL_NATIVE=0``."""
-    if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    return _load_enir()
+    return not _turned_off() and _load_enir()
 
 
 def enir_fit_cpu(w, y, s1, s0, real, n_eff, eps):

@@ -48,10 +48,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <vector>
 
+#include "workspace_lease.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -271,24 +271,9 @@ struct Workspace {
   std::vector<Span> spans;
 };
 
-// One workspace shared by all calls (XLA may run a handler on any of its threads); a call
-// that finds it busy, or whose problem is too large to keep memory for (kKeepMax runs; about
-// 180 bytes a run), uses a workspace of its own that is freed on return. Kept buffers spare
-// later calls the page faults of fresh memory.
-class WorkspaceLease {
- public:
-  explicit WorkspaceLease(int64_t n) : lock_(mutex_, std::defer_lock) {
-    if (n <= kKeepMax) lock_.try_lock();
-    if (!lock_.owns_lock()) own_ = std::make_unique<Workspace>();
-  }
-  Workspace& get() { return lock_.owns_lock() ? shared_ : *own_; }
-
- private:
-  static inline std::mutex mutex_;
-  static inline Workspace shared_;
-  std::unique_lock<std::mutex> lock_;
-  std::unique_ptr<Workspace> own_;
-};
+// The buffers of problems of up to kKeepMax runs (about 180 bytes a run) are kept between
+// calls.
+using WorkspaceLease = jaxcal_native::WorkspaceLease<Workspace, kKeepMax>;
 
 // The near-isotonic path of one problem: N runs, the first `n_real` of them real.
 struct Path {
@@ -626,6 +611,28 @@ int64_t RealCount(const bool* real, int64_t n) {
 
 constexpr const char* kNotPrefix = "enir_cpu: real must be true for a prefix of the runs";
 
+// Calls `solve(ws, b, at, n_real)` for every problem `b` of a batch of runs (its runs start at
+// `at`, the first `n_real` of them real) with one leased workspace; returns the first error.
+template <typename Solve>
+ffi::Error ForEachProblem(const ffi::AnyBuffer& real, int64_t n, int64_t batch, Solve solve) {
+  if (batch == 0) return ffi::Error::Success();
+  WorkspaceLease lease(n);
+  Workspace& ws = lease.get();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t at = b * n;
+    const int64_t n_real = RealCount(static_cast<const bool*>(real.untyped_data()) + at, n);
+    if (n_real < 0) return ffi::Error::InvalidArgument(kNotPrefix);
+    if (ffi::Error e = solve(ws, b, at, n_real); e.failure()) return e;
+  }
+  return ffi::Error::Success();
+}
+
+// Element `at` of a buffer of T.
+template <typename T>
+const T* At(const ffi::AnyBuffer& buffer, int64_t at) {
+  return static_cast<const T*>(buffer.untyped_data()) + at;
+}
+
 ffi::Error CheckRuns(const ffi::AnyBuffer& w, std::initializer_list<const ffi::AnyBuffer*> same,
                      const ffi::AnyBuffer& real, int64_t& n, int64_t& batch) {
   const auto dims = w.dimensions();
@@ -664,36 +671,27 @@ ffi::Error SolveEnir(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi:
       lam->element_type() != w.element_type()) {
     return ffi::Error::InvalidArgument("enir_cpu: outputs of the wrong shape or dtype");
   }
-  if (batch == 0) return ffi::Error::Success();
-  WorkspaceLease lease(n);
-  Workspace& ws = lease.get();
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t at = b * n;
-    const T* wp = static_cast<const T*>(w.untyped_data()) + at;
-    const T* yp = static_cast<const T*>(y.untyped_data()) + at;
-    const T* s1p = static_cast<const T*>(s1.untyped_data()) + at;
-    const T* s0p = static_cast<const T*>(s0.untyped_data()) + at;
-    const int64_t n_real = RealCount(static_cast<const bool*>(real.untyped_data()) + at, n);
-    if (n_real < 0) return ffi::Error::InvalidArgument(kNotPrefix);
-    const double clip = static_cast<double>(static_cast<const T*>(eps.untyped_data())[b]);
+  return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
+    const double clip = static_cast<double>(At<T>(eps, 0)[b]);
     if (!(clip > 0.0 && clip < 0.5)) return ffi::Error::InvalidArgument("enir_cpu: eps");
     if (n_real == 0) {  // no runs: the final model alone, with no groups (as in JAX)
       T* out = static_cast<T*>(acc->untyped_data()) + at;
       std::fill(out, out + n, T(0));
       n_models->typed_data()[b] = n_scored->typed_data()[b] = 1;
       static_cast<T*>(lam->untyped_data())[b] = T(0);
-      continue;
+      return ffi::Error::Success();
     }
+    const T *wp = At<T>(w, at), *yp = At<T>(y, at), *s1p = At<T>(s1, at), *s0p = At<T>(s0, at);
     const Path path = TracePath<T>(ws, n, n_real, wp, yp, s1p, s0p,
                                    std::numeric_limits<T>::epsilon(), kInf, clip);
-    const double count = static_cast<double>(static_cast<const T*>(n_eff.untyped_data())[b]);
+    const double count = static_cast<double>(At<T>(n_eff, 0)[b]);
     const Average avg = AveragePath<T>(ws, path, wp, yp, s1p, s0p, count, clip,
                                        static_cast<T*>(acc->untyped_data()) + at);
     n_models->typed_data()[b] = avg.n_models;
     n_scored->typed_data()[b] = avg.n_scored;
     static_cast<T*>(lam->untyped_data())[b] = static_cast<T>(path.lam);
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error EnirImpl(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi::AnyBuffer s0,
@@ -726,23 +724,16 @@ ffi::Error SolveNearIsotonic(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer 
   if (out->element_count() != w.element_count() || out->element_type() != w.element_type()) {
     return ffi::Error::InvalidArgument("enir_cpu: output of the wrong shape or dtype");
   }
-  if (batch == 0) return ffi::Error::Success();
-  WorkspaceLease lease(n);
-  Workspace& ws = lease.get();
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t at = b * n;
-    const T* wp = static_cast<const T*>(w.untyped_data()) + at;
-    const T* yp = static_cast<const T*>(y.untyped_data()) + at;
-    const int64_t n_real = RealCount(static_cast<const bool*>(real.untyped_data()) + at, n);
-    if (n_real < 0) return ffi::Error::InvalidArgument(kNotPrefix);
-    const double stop = static_cast<double>(static_cast<const T*>(lam.untyped_data())[b]);
+  return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
+    const T *wp = At<T>(w, at), *yp = At<T>(y, at);
+    const double stop = static_cast<double>(At<T>(lam, 0)[b]);
     // the positive / negative weights do not enter the path: pass the weights for both
     const Path path =
         TracePath<T>(ws, n, n_real, wp, yp, wp, wp, std::numeric_limits<T>::epsilon(), stop, 0.0);
     PathValues<T>(ws, path, std::isinf(stop) ? path.lam : stop,
                   static_cast<T*>(out->untyped_data()) + at);
-  }
-  return ffi::Error::Success();
+    return ffi::Error::Success();
+  });
 }
 
 ffi::Error NearIsotonicImpl(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer real,

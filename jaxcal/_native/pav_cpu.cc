@@ -38,9 +38,9 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <mutex>
 #include <vector>
 
+#include "workspace_lease.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -502,23 +502,8 @@ void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, 
   }
 }
 
-// One workspace shared by all calls (XLA may run a handler on any of its threads); a call
-// that finds it busy, or whose problems are too large to keep memory for (kKeepMax points:
-// ~1 GiB), uses a workspace of its own that is freed on return.
-class WorkspaceLease {
- public:
-  explicit WorkspaceLease(int64_t n) : lock_(mutex_, std::defer_lock) {
-    if (n <= kKeepMax) lock_.try_lock();
-    if (!lock_.owns_lock()) own_ = std::make_unique<Workspace>();
-  }
-  Workspace& get() { return lock_.owns_lock() ? shared_ : *own_; }
-
- private:
-  static inline std::mutex mutex_;
-  static inline Workspace shared_;
-  std::unique_lock<std::mutex> lock_;
-  std::unique_ptr<Workspace> own_;
-};
+// The buffers of problems of up to kKeepMax points (~1 GiB) are kept between calls.
+using WorkspaceLease = jaxcal_native::WorkspaceLease<Workspace, kKeepMax>;
 
 template <typename T>
 ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,

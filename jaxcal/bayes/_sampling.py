@@ -16,7 +16,14 @@ from numpyro.infer.util import constrain_fn, potential_energy
 
 from jaxcal import _shapes
 
-__all__ = ["nuts_chains", "nuts_model_draws", "map_problems", "padded_data", "is_minibatch"]
+__all__ = [
+    "nuts_chains",
+    "nuts_model_draws",
+    "uniform_init",
+    "map_problems",
+    "padded_data",
+    "is_minibatch",
+]
 
 METHODS = ("nuts", "svi")
 GUIDES = ("mvn", "normal")
@@ -101,12 +108,9 @@ def nuts_model_draws(
     kwargs: dict,
     init_params,
     key: jax.Array,
+    cfg: tuple,
+    tuning: dict,
     *,
-    num_warmup: int,
-    num_samples: int,
-    target_accept_prob: ArrayLike = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
     constrain_args: tuple | None = None,
     deterministic: bool = False,
 ):
@@ -117,8 +121,8 @@ def nuts_model_draws(
             ``potential_energy(model, args, kwargs, .)``).
         init_params: initial unconstrained values, leaves ``[C, ...]`` (``C`` chains).
         key: PRNG key, split into one key per chain.
-        num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass: as in
-            :func:`nuts_chains`.
+        cfg, tuning: the NUTS settings of :func:`nuts_config` (``cfg`` static, ``tuning``
+            traced).
         constrain_args: model arguments for the constraining pass (default ``args``; e.g.
             ``(None,)`` so that the data likelihood is not re-evaluated per draw).
         deterministic: also return the model's deterministic sites.
@@ -127,7 +131,7 @@ def nuts_model_draws(
         ``(draws, stats)``: dict of constrained sites (leaves ``[C, S, ...]``) and the
         sampler statistics of :func:`nuts_chains`.
     """
-    num_chains = jax.tree_util.tree_leaves(init_params)[0].shape[0]
+    num_chains, num_warmup, num_samples, max_tree_depth, dense_mass = cfg
     pot = functools.partial(potential_energy, model, args, kwargs)
     z, stats = nuts_chains(
         pot,
@@ -135,7 +139,7 @@ def nuts_model_draws(
         jax.random.split(key, num_chains),
         num_warmup=num_warmup,
         num_samples=num_samples,
-        target_accept_prob=target_accept_prob,
+        target_accept_prob=tuning["target_accept_prob"],
         max_tree_depth=max_tree_depth,
         dense_mass=dense_mass,
     )
@@ -144,6 +148,18 @@ def nuts_model_draws(
         constrain_fn, model, c_args, kwargs, return_deterministic=deterministic
     )
     return jax.vmap(jax.vmap(constrain))(z), stats
+
+
+def uniform_init(key: jax.Array, shapes: dict, num_chains: int, dtype) -> dict:
+    """Initial unconstrained values of ``num_chains`` chains, ``Uniform(-INIT_RADIUS,
+    INIT_RADIUS)`` per coordinate (NumPyro's ``init_to_uniform``): leaves
+    ``[num_chains, *shapes[name]]``, one key of ``jax.random.split(key, len(shapes))`` per
+    site, in the order of ``shapes``."""
+    keys = jax.random.split(key, len(shapes))
+    return {
+        name: jax.random.uniform(k, (num_chains, *shape), dtype, -INIT_RADIUS, INIT_RADIUS)
+        for k, (name, shape) in zip(keys, shapes.items(), strict=True)
+    }
 
 
 def positive_int(value, name, minimum=1) -> int:
@@ -201,26 +217,24 @@ def run_config(
     """Validated settings: ``(cfg, tuning)``, the static tuple that fixes the program and
     the dict of its traced numbers (``target_accept_prob`` / ``learning_rate``).
 
-    NUTS: ``cfg = (num_chains, num_warmup, num_samples, max_tree_depth, dense_mass)``; SVI:
-    ``cfg = (num_steps, num_samples, subsample_size, guide)``.
+    NUTS: those of :func:`nuts_config`; SVI: ``cfg = (num_steps, num_samples,
+    subsample_size, guide)``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
     num_samples = positive_int(num_samples, "num_samples")
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
     if method == "nuts":
-        if not 0.0 < float(target_accept_prob) < 1.0:
-            raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
         if subsample_size is not None:
             raise ValueError("subsample_size is for method='svi' (NUTS needs the full data).")
-        cfg = (
-            positive_int(num_chains, "num_chains"),
-            positive_int(num_warmup, "num_warmup", 0),
-            num_samples,
-            positive_int(max_tree_depth, "max_tree_depth"),
-            bool(dense_mass),
+        return nuts_config(
+            num_chains=num_chains,
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            target_accept_prob=target_accept_prob,
+            max_tree_depth=max_tree_depth,
+            dense_mass=dense_mass,
         )
-        return cfg, {"target_accept_prob": np.asarray(target_accept_prob, dtype)}
     if guide not in GUIDES:
         raise ValueError(f"guide must be one of {GUIDES}; got {guide!r}.")
     if not float(learning_rate) > 0:
@@ -233,6 +247,25 @@ def run_config(
             subsample_size = None
     cfg = (positive_int(num_steps, "num_steps"), num_samples, subsample_size, guide)
     return cfg, {"learning_rate": np.asarray(learning_rate, dtype)}
+
+
+def nuts_config(
+    *, num_chains, num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass
+) -> tuple[tuple, dict]:
+    """Validated NUTS settings ``(cfg, tuning)``: ``cfg = (num_chains, num_warmup,
+    num_samples, max_tree_depth, dense_mass)`` (static) and ``tuning =
+    {"target_accept_prob": ...}`` (traced)."""
+    if not 0.0 < float(target_accept_prob) < 1.0:
+        raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
+    cfg = (
+        positive_int(num_chains, "num_chains"),
+        positive_int(num_warmup, "num_warmup", 0),
+        positive_int(num_samples, "num_samples"),
+        positive_int(max_tree_depth, "max_tree_depth"),
+        bool(dense_mass),
+    )
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    return cfg, {"target_accept_prob": np.asarray(target_accept_prob, dtype)}
 
 
 def is_minibatch(method: str, cfg: tuple) -> bool:

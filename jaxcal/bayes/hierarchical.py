@@ -23,10 +23,17 @@ logistic log-likelihood of the point fit. :math:`\tau \to 0` is one global map,
 group is monotone (:math:`\beta = e^{(\cdot)} > 0`). Sampling is NUTS on the non-centred
 parameters (:func:`jaxcal.bayes.nuts_chains`).
 
-Example:
+Example (5 groups whose maps differ by a shift of the logit):
+    >>> import jax, jaxcal, numpy as np
+    >>> from jaxcal.bayes import fit_hierarchical
+    >>> rng = np.random.default_rng(0)
+    >>> user_ids = rng.integers(0, 5, 200); scores = rng.normal(size=200)
+    >>> labels = rng.random(200) < 1 / (1 + np.exp(-(2 * scores + user_ids - 2)))
     >>> post = fit_hierarchical(jaxcal.PlattScaling(), scores, labels, group=user_ids,
-    ...                         key=jax.random.key(0))
-    >>> p = post.predict(test_scores, group=test_user_ids)
+    ...                         key=jax.random.key(0), num_samples=200, num_warmup=200)
+    >>> p = post.predict(np.zeros(5), group=np.arange(5))  # P(y=1 | s=0) of each group
+    >>> bool(np.all(np.diff(p) > 0))  # the groups' offsets, in order
+    True
 """
 
 from __future__ import annotations
@@ -47,17 +54,17 @@ from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_groups
 from jaxcal.bayes._sampling import (
-    INIT_RADIUS,
     check_key,
     key_from_parts,
     key_parts,
+    nuts_config,
     nuts_model_draws,
     padded_data,
-    positive_int,
+    uniform_init,
 )
 from jaxcal.bayes.inference import family_of
 from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
-from jaxcal.bayes.posterior import Posterior, split_bounds
+from jaxcal.bayes.posterior import Posterior, credible_quantiles, split_bounds
 
 __all__ = ["fit_hierarchical", "hierarchical_model", "HierarchicalPosterior"]
 
@@ -107,32 +114,17 @@ def _latent_shapes(k: int, G: int, has_intercept: bool) -> dict[str, tuple[int, 
 
 
 @functools.partial(jit, static_argnames=("family", "cfg", "n_groups", "impl"))
-def _fit(family, cfg, n_groups, impl, target, scores, targets, weights, rows, key_data):
-    num_chains, num_warmup, num_samples, depth = cfg
+def _fit(family, cfg, n_groups, impl, tuning, scores, targets, weights, rows, key_data):
     key = key_from_parts(key_data, impl)
     design = make_design(family, scores, targets, weights)
     has_c = family.intercept_index is not None
     args, kw = (design, rows, n_groups), {"has_intercept": has_c}
-    k = design.basis.shape[-1]
     k_init, k_run = jax.random.split(key)
-    shapes = _latent_shapes(k, n_groups, has_c)
-    init_keys = jax.random.split(k_init, len(shapes))
     dtype = design.basis.dtype
-    init = {
-        name: jax.random.uniform(kk, (num_chains, *shape), dtype, -INIT_RADIUS, INIT_RADIUS)
-        for kk, (name, shape) in zip(init_keys, shapes.items(), strict=True)
-    }
+    shapes = _latent_shapes(design.basis.shape[-1], n_groups, has_c)
+    init = uniform_init(k_init, shapes, cfg[0], dtype)
     draws, stats = nuts_model_draws(  # leaves [C, S, ...]
-        hierarchical_model,
-        args,
-        kw,
-        init,
-        k_run,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        target_accept_prob=target,
-        max_tree_depth=depth,
-        deterministic=True,
+        hierarchical_model, args, kw, init, k_run, cfg, tuning, deterministic=True
     )
     beta = draws["slope"]  # [C, S, G, k]
     alpha = draws["intercept"] if has_c else jnp.zeros(beta.shape[:-1], dtype)
@@ -212,9 +204,7 @@ class HierarchicalPosterior:
         self, scores: ArrayLike, group: ArrayLike, level: float = 0.9
     ) -> tuple[jax.Array, jax.Array]:
         """Equal-tailed credible interval per entry: ``(lower, upper)``, each ``[n]``."""
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be in (0, 1); got {level!r}.")
-        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.groups.theta.dtype)
+        qs = credible_quantiles(level, self.groups.theta.dtype)
         return split_bounds(self._summaries(scores, group, qs, "q"))
 
     def diagnostics(self) -> dict:
@@ -277,23 +267,21 @@ def fit_hierarchical(
     family.check_scores(data.scores, data.weights)
     g = check_groups(group, data.scores.shape[0])
     ids, rows = np.unique(g, return_inverse=True)
-    if not 0.0 < float(target_accept_prob) < 1.0:
-        raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}.")
-    cfg = (
-        positive_int(num_chains, "num_chains"),
-        positive_int(num_warmup, "num_warmup", 0),
-        positive_int(num_samples, "num_samples"),
-        positive_int(max_tree_depth, "max_tree_depth"),
+    cfg, tuning = nuts_config(
+        num_chains=num_chains,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth,
+        dense_mass=False,
     )
     key = check_key(key)
-    dtype = jax.dtypes.canonicalize_dtype(np.float64)
     # padded entries (shape policy): a valid score of group row 0 with weight 0
     arrays = (data.scores, data.targets, data.weights, rows)
     *args, rows = padded_data(arrays, (data.scores[0], 0.0, 0.0, 0))
-    target = np.asarray(target_accept_prob, dtype)
     key_data, impl = key_parts(key)
     theta, ctx, hyper, stats = _fit(
-        family, cfg, int(ids.size), impl, target, *args, rows.astype(np.int32), key_data
+        family, cfg, int(ids.size), impl, tuning, *args, rows.astype(np.int32), key_data
     )
     G = int(ids.size)
     rep = lambda x: jnp.broadcast_to(x, (G, *jnp.shape(x)))  # noqa: E731

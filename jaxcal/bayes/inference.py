@@ -43,7 +43,6 @@ from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from jaxcal._fitdata import prepare_fit, prepare_fit_batch
 from jaxcal._jit import jit
 from jaxcal.bayes._sampling import (
-    INIT_RADIUS,
     check_key,
     is_minibatch,
     key_from_parts,
@@ -52,6 +51,7 @@ from jaxcal.bayes._sampling import (
     nuts_model_draws,
     padded_data,
     run_config,
+    uniform_init,
 )
 from jaxcal.bayes.linear import (
     Design,
@@ -86,29 +86,16 @@ def _thetas(family, design, draws):
 
 def _nuts_problem(family, cfg, tuning, scores, targets, weights, prior, key):
     """One problem: design, ``C`` chains, coefficients ``[C, S, p]``."""
-    num_chains, num_warmup, num_samples, depth, dense = cfg
-    target = tuning["target_accept_prob"]
     design = make_design(family, scores, targets, weights)
-    kw = _model_kwargs(family, prior)
-    k = design.basis.shape[-1]
     k_init, k_run = jax.random.split(key)
-    ks, kc = jax.random.split(k_init)
-    dtype = design.basis.dtype
-    init = {"slope": jax.random.uniform(ks, (num_chains, k), dtype, -INIT_RADIUS, INIT_RADIUS)}
-    if family.intercept_index is not None:
-        init["intercept"] = jax.random.uniform(kc, (num_chains,), dtype, -INIT_RADIUS, INIT_RADIUS)
-    draws, stats = nuts_model_draws(
-        linear_logit_model,
-        (design,),
-        kw,
-        init,
-        k_run,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        target_accept_prob=target,
-        max_tree_depth=depth,
-        dense_mass=dense,
-    )
+    # one key per site of the model with intercept, so that the slope's start is the same
+    # with or without one
+    shapes = {"slope": (design.basis.shape[-1],), "intercept": ()}
+    init = uniform_init(k_init, shapes, cfg[0], design.basis.dtype)
+    if family.intercept_index is None:
+        del init["intercept"]
+    kw = _model_kwargs(family, prior)
+    draws, stats = nuts_model_draws(linear_logit_model, (design,), kw, init, k_run, cfg, tuning)
     return _thetas(family, design, draws), design.context, stats
 
 
@@ -241,9 +228,14 @@ def fit_bayes(
     Example:
         >>> import jax, jaxcal, numpy as np
         >>> rng = np.random.default_rng(0)
-        >>> s = rng.normal(size=300); y = rng.random(300) < 1 / (1 + np.exp(-2 * s))
-        >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0))
-        >>> lo, hi = post.interval([0.0, 1.0], level=0.9)
+        >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+        >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                               num_samples=200, num_warmup=200)
+        >>> post.draws["a"].shape  # [chains, samples] draws of the slope
+        (4, 200)
+        >>> lo, hi = post.interval([0.0, 1.0], level=0.9)  # 90% credible band of P(y=1|s)
+        >>> post.diagnostics()["divergences"]
+        0
     """
     family = family_of(calibrator)
     data = prepare_fit(

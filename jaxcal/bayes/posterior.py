@@ -93,6 +93,18 @@ def map_scores_padded(fn, scores: np.ndarray, batch_ndim: int = 0) -> jax.Array:
     return jax.device_put(out.reshape(batch + rest + out.shape[batch_ndim + 1 :]))
 
 
+def credible_quantiles(level: float, dtype) -> np.ndarray:
+    """The quantile levels ``[(1 - level) / 2, (1 + level) / 2]`` of an equal-tailed
+    credible interval, as a ``dtype`` array.
+
+    Raises:
+        ValueError: ``level`` outside (0, 1).
+    """
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must be in (0, 1); got {level!r}.")
+    return np.asarray([(1 - level) / 2, (1 + level) / 2], dtype)
+
+
 def split_bounds(out: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(out[..., 0], out[..., 1])``, sliced on the host for concrete arrays (an eager
     slice would compile a program per shape)."""
@@ -193,10 +205,8 @@ class Posterior:
         Raises:
             ValueError: ``level`` outside (0, 1).
         """
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be in (0, 1); got {level!r}.")
+        qs = credible_quantiles(level, self.theta.dtype)
         scores = maybe_check_scores(scores)
-        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.theta.dtype)
         fn = functools.partial(_summaries, self.family, what="quantile")
         out = self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores, pad=True)
         return split_bounds(out)

@@ -25,7 +25,7 @@ derivative linearly): ``mu1 >= mu0`` (equal-variance Gaussian), ``log_rate1 <= l
 ``mu1 >= bound`` (Kanoulas, Manmatha); each family's ``monotone_bound`` docstring has the
 derivation. The parameter is sampled as ``bound + excess`` (``excess > 0`` on
 ``ImproperUniform(softplus_positive)``: NumPyro samples its inverse softplus) with the
-original prior density as a factor (:func:`~jaxcal.scoremodels._base.bounded_site`): the
+original prior density as a factor (:func:`~jaxcal.scoremodels._sites.bounded_site`): the
 induced prior is exactly the family's prior *conditioned on monotonicity*, every draw is
 monotone, and nothing is rejected.
 Gaussian mixtures have no such parameterisation (their components' means are ordered instead,
@@ -46,10 +46,12 @@ Example:
     >>> import jax, numpy as np
     >>> from jaxcal.scoremodels import GaussianScoreModel
     >>> rng = np.random.default_rng(0)
-    >>> y = (rng.random(500) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
-    >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0), num_samples=500)
-    >>> post.predict([0.0, 1.0]); lo, hi = post.interval([0.0, 1.0], level=0.9)
-    >>> post.diagnostics()["monotone_share"]  # 1.0: monotone by construction
+    >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+    >>> post = GaussianScoreModel().fit_bayes(
+    ...     s, y, key=jax.random.key(0), num_samples=200, num_warmup=200)
+    >>> mean = post.predict([0.0, 1.0]); lo, hi = post.interval([0.0, 1.0], level=0.9)
+    >>> float(post.diagnostics()["monotone_share"])  # monotone by construction
+    1.0
 """
 
 from __future__ import annotations
@@ -167,29 +169,15 @@ def _unconstrained_init(prior_fn, key) -> dict:
 
 
 def _nuts(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key):
-    num_chains, num_warmup, num_samples, depth, dense = cfg
-    target = tuning["target_accept_prob"]
     data = ScoreData(scores, labels, weights)
     kw = {"lo": lo, "hi": hi, "monotone": monotone}
     model = functools.partial(scoremodel_bayes_model, score_model)
     prior_fn = functools.partial(model, None, **kw)
     k_init, k_run = jax.random.split(key)
-    init = jax.vmap(functools.partial(_unconstrained_init, prior_fn))(
-        jax.random.split(k_init, num_chains)
-    )
+    init_keys = jax.random.split(k_init, cfg[0])  # one per chain
+    init = jax.vmap(functools.partial(_unconstrained_init, prior_fn))(init_keys)
     sites, stats = nuts_model_draws(
-        model,
-        (data,),
-        kw,
-        init,
-        k_run,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        target_accept_prob=target,
-        max_tree_depth=depth,
-        dense_mass=dense,
-        constrain_args=(None,),
-        deterministic=True,
+        model, (data,), kw, init, k_run, cfg, tuning, constrain_args=(None,), deterministic=True
     )
     return {name: sites[name] for name in score_model.draw_names()}, stats
 
@@ -290,10 +278,12 @@ def fit_scoremodel_bayes(
         >>> import jax, numpy as np
         >>> from jaxcal.scoremodels import GammaScoreModel
         >>> rng = np.random.default_rng(0)
-        >>> y = (rng.random(400) < 0.3).astype(float)
+        >>> y = (rng.random(200) < 0.3).astype(float)
         >>> s = rng.gamma(np.where(y == 1, 4.0, 2.0), 1.0)
-        >>> post = GammaScoreModel().fit_bayes(s, y, key=jax.random.key(0), num_samples=300)
-        >>> post.draws["alpha1"].shape  # (4, 300)
+        >>> post = GammaScoreModel().fit_bayes(
+        ...     s, y, key=jax.random.key(0), num_samples=200, num_warmup=200)
+        >>> post.draws["alpha1"].shape  # [chains, samples]
+        (4, 200)
     """
     if not all(hasattr(score_model, a) for a in _SCORE_MODEL_API):
         raise ValueError(

@@ -26,7 +26,7 @@ from jaxcal._validation import (
     check_sample_weight,
     check_scores,
 )
-from jaxcal.bayes.posterior import map_scores_padded, split_bounds
+from jaxcal.bayes.posterior import credible_quantiles, map_scores_padded, split_bounds
 from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
 
 __all__ = ["ScoreModelPosterior"]
@@ -169,9 +169,7 @@ class ScoreModelPosterior:
         Raises:
             ValueError: ``level`` outside (0, 1), or invalid scores.
         """
-        if not 0.0 < float(level) < 1.0:
-            raise ValueError(f"level must be in (0, 1); got {level!r}.")
-        qs = np.asarray([(1 - level) / 2, (1 + level) / 2], self.draws["pi1"].dtype)
+        qs = credible_quantiles(level, self.draws["pi1"].dtype)
         return split_bounds(self._summaries(scores, qs, "quantile"))
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:

@@ -360,24 +360,23 @@ def write_plots(result: DemoResult, out: Path, *, n_bins: int, say) -> list[Path
 # -------------------------------------------------------------------------------- CLI
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; got {value}")
-    return value
+def _checked(convert: Callable, accept: Callable, expected: str) -> Callable:
+    """An argparse ``type``: ``convert(text)``, rejected unless ``accept(value)``."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {value}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1); got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1); got {value}")
-    return value
+_positive_int = _checked(int, lambda v: v >= 1, "a positive integer")
+_fraction = _checked(float, lambda v: 0.0 < v < 1.0, "a number in (0, 1)")
 
 
 def _names(text: str) -> list[str]:

@@ -32,9 +32,24 @@ from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.clicks._em import make_batch, run_closed_form, run_em
+from jaxcal.clicks._stats import mstep_ratios
 from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs, lookup_pairs
 
-__all__ = ["ClickModel", "ClickModelFit", "check_click_arrays", "check_prior", "check_sessions"]
+__all__ = [
+    "PAIRS",
+    "RANKS",
+    "ClickModel",
+    "ClickModelFit",
+    "check_click_arrays",
+    "check_prior",
+    "check_sessions",
+]
+
+#: In a ``param_shapes`` entry: the axis of a query-document table (one entry per training
+#: pair, plus the prior mean for unseen pairs).
+PAIRS = "pairs"
+#: In a ``param_shapes`` entry: an axis with one entry per rank.
+RANKS = "ranks"
 
 
 def check_sessions(sessions: Any, *, name: str = "sessions") -> Sessions:
@@ -149,9 +164,9 @@ class ClickModelFit:
     n_results: int = static_field(default=10)
 
     model_name: ClassVar[str] = ""
-    #: names of the query-document parameter tables (``[P + 1]``); the others are per rank
-    #: or global
-    pair_params: ClassVar[tuple[str, ...]] = ("alpha",)
+    #: parameter name -> shape, with :data:`PAIRS` for a query-document axis (``[P + 1]``)
+    #: and :data:`RANKS` for a per-rank one; other entries are fixed sizes
+    param_shapes: ClassVar[dict[str, tuple]] = {"alpha": (PAIRS,)}
     _conditional_fn: ClassVar[Callable]
     _marginal_fn: ClassVar[Callable]
 
@@ -203,9 +218,15 @@ class ClickModelFit:
         """``params`` with every pair table padded (by its last entry) to its bucket size."""
         size = _shapes.padded_size(len(self.pair_query) + 1)
         return {
-            k: _shapes.pad_axis(v, size, np.asarray(v)[-1]) if k in self.pair_params else v
+            k: _shapes.pad_axis(v, size, np.asarray(v)[-1]) if k in self.pair_params() else v
             for k, v in self.params.items()
         }
+
+    @classmethod
+    def pair_params(cls) -> tuple[str, ...]:
+        """Names of the query-document parameter tables (``[P + 1]``); the others are per
+        rank or global."""
+        return tuple(k for k, shape in cls.param_shapes.items() if PAIRS in shape)
 
     # ------------------------------------------------------------------ predictions
     def predict_conditional(self, sessions: Sessions) -> jax.Array:
@@ -232,12 +253,17 @@ class ClickModel:
     uses_em: ClassVar[bool] = False
     # EM models: stats(params, batch) -> (stats, loglik); closed form: stats(template, batch)
     _stats: ClassVar[Callable]
-    _mstep: ClassVar[Callable]
+    _mstep: ClassVar[Callable] = staticmethod(mstep_ratios)
 
-    @staticmethod
-    def _init(n_pairs: int, n: int, dtype) -> dict:  # pragma: no cover - interface
-        """Initial parameters (NumPy arrays): pair tables ``[n_pairs]``, rank ones ``[n]``."""
-        raise NotImplementedError
+    @classmethod
+    def _init(cls, n_pairs: int, n: int, dtype) -> dict:
+        """Initial parameters (NumPy arrays of 0.5, shaped by ``fitted_cls.param_shapes``):
+        pair tables ``[n_pairs]``, rank axes ``[n]``."""
+        sizes = {PAIRS: n_pairs, RANKS: n}
+        return {
+            k: np.full(tuple(sizes.get(d, d) for d in shape), 0.5, dtype)
+            for k, shape in cls.fitted_cls.param_shapes.items()
+        }
 
     def fit(
         self,
@@ -292,7 +318,7 @@ class ClickModel:
         )
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
         prior_arr = np.asarray([a, b], dtype)
-        pair_params = self.fitted_cls.pair_params
+        pair_params = self.fitted_cls.pair_params()
         params0 = self._init(table, n, dtype)
         if self.uses_em:
             valid = {

@@ -1,4 +1,5 @@
-"""Small helpers for sufficient statistics: weighted sums by pair id / rank, and the M-step."""
+"""The pieces of the sufficient statistics: weighted sums by pair id / rank, the
+log-likelihood of a chain model, and the M-step."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import jax.numpy as jnp
 
 from jaxcal.clicks._em import ratio
 
-__all__ = ["by_pair", "by_rank", "mstep_ratios", "session_weights"]
+__all__ = [
+    "by_pair",
+    "by_rank",
+    "chain_loglik",
+    "mstep_ratios",
+    "pair_sums",
+    "session_weights",
+]
 
 
 def session_weights(batch) -> jax.Array:
@@ -23,6 +31,20 @@ def by_pair(values: jax.Array, qd: jax.Array, n_pairs: int) -> jax.Array:
 def by_rank(values: jax.Array) -> jax.Array:
     """Sum of ``[S, n]`` values over sessions: ``[n]``."""
     return jnp.sum(values, axis=0)
+
+
+def pair_sums(rows: list[jax.Array], qd: jax.Array, n_pairs: int) -> jax.Array:
+    """Sums of ``k`` same-shape arrays by query-document id in one ``segment_sum``:
+    ``[n_pairs, k]`` (column ``j`` sums ``rows[j]``)."""
+    stacked = jnp.stack(rows, axis=-1).reshape(-1, len(rows))
+    return jax.ops.segment_sum(stacked, qd.reshape(-1), num_segments=n_pairs)
+
+
+def chain_loglik(w: jax.Array, cond: jax.Array, clicks: jax.Array, mask: jax.Array) -> jax.Array:
+    """Weighted log-likelihood ``sum w log P(C_r = c_r | C_<r)`` from the conditional click
+    probabilities ``cond`` (masked entries add nothing)."""
+    q = jnp.where(clicks > 0, cond, jnp.where(mask, 1.0 - cond, 1.0))
+    return jnp.sum(w * jnp.log(q))
 
 
 def mstep_ratios(stats: dict, prior: jax.Array) -> dict:

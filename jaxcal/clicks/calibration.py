@@ -249,10 +249,10 @@ def calibrate_click_model(
         >>> import jax
         >>> from jaxcal.clicks import DBN, simulate, example_params, calibrate_click_model
         >>> p = example_params("DBN")
-        >>> train = simulate("DBN", p, 3000, key=jax.random.key(0))
+        >>> train = simulate("DBN", p, 1000, key=jax.random.key(0))
         >>> dev = simulate("DBN", p, 1000, key=jax.random.key(1))
         >>> cal = calibrate_click_model(DBN().fit(train, prior=(1, 10)), dev)
-        >>> cal.predict_marginal(dev).shape
+        >>> cal.predict_marginal(dev).shape  # [sessions, ranks]
         (1000, 10)
     """
     if not isinstance(model, ClickModelFit):

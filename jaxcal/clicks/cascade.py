@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
 from jaxcal.clicks._chain import forward, marginal
-from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
+from jaxcal.clicks._stats import by_pair, session_weights
 
 __all__ = ["CascadeModel", "FittedCascadeModel", "first_click_or_end"]
 
@@ -67,8 +66,3 @@ class CascadeModel(ClickModel):
 
     fitted_cls = FittedCascadeModel
     _stats = staticmethod(_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype)}

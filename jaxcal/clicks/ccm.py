@@ -32,13 +32,12 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
+from jaxcal.clicks._base import PAIRS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
-from jaxcal.clicks._stats import mstep_ratios
+from jaxcal.clicks._stats import chain_loglik, pair_sums
 
 __all__ = ["CCM", "FittedCCM", "ccm_posteriors", "ccm_posteriors_rank_major", "ccm_stats"]
 
@@ -126,17 +125,14 @@ def ccm_stats(params, batch):
     post = ccm_posteriors_rank_major(a, params["tau"], clicks, mask)
     w = jnp.where(mask, batch.weight[None, :], 0.0)
     wc = w * clicks
-    n_pairs = params["alpha"].shape[0]
-    rows = jnp.stack([w * post["p_attr"] + wc * post["p_rel"], w + wc], axis=-1)
-    sums = jax.ops.segment_sum(rows.reshape(-1, 2), qd.reshape(-1), num_segments=n_pairs)
+    rows = [w * post["p_attr"] + wc * post["p_rel"], w + wc]
+    sums = pair_sums(rows, qd, params["alpha"].shape[0])
     tau_sum = [jnp.sum(w * post[f"tau{k}_{part}"]) for part in ("num", "den") for k in (1, 2, 3)]
     stats = {
         "alpha": (sums[:, 0], sums[:, 1]),
         "tau": (jnp.stack(tau_sum[:3]), jnp.stack(tau_sum[3:])),
     }
-    cond = post["cond"]
-    ll = jnp.sum(w * jnp.log(jnp.where(clicks > 0, cond, jnp.where(mask, 1.0 - cond, 1.0))))
-    return stats, ll
+    return stats, chain_loglik(w, post["cond"], clicks, mask)
 
 
 def _conditional(params, qd, clicks, mask):
@@ -152,6 +148,7 @@ class FittedCCM(ClickModelFit):
     """Fitted CCM: ``params["alpha"]`` (``[P + 1]``), ``params["tau"]`` (``[3]``)."""
 
     model_name = "CCM"
+    param_shapes = {"alpha": (PAIRS,), "tau": (3,)}
     _conditional_fn = staticmethod(_conditional)
     _marginal_fn = staticmethod(_marginal)
 
@@ -163,8 +160,3 @@ class CCM(ClickModel):
     fitted_cls = FittedCCM
     uses_em = True
     _stats = staticmethod(ccm_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype), "tau": np.full((3,), 0.5, dtype)}

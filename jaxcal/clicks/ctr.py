@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._stats import by_pair, by_rank, mstep_ratios, session_weights
+from jaxcal.clicks._base import RANKS, ClickModel, ClickModelFit
+from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
 __all__ = ["GCTR", "RCTR", "DCTR", "FittedGCTR", "FittedRCTR", "FittedDCTR"]
 
@@ -53,9 +52,8 @@ class FittedGCTR(ClickModelFit):
     """Fitted global CTR: ``params["rho"]`` (scalar)."""
 
     model_name = "GCTR"
-    pair_params = ()
-    _conditional_fn = staticmethod(_gctr_probs)
-    _marginal_fn = staticmethod(_gctr_probs)
+    param_shapes = {"rho": ()}
+    _conditional_fn = _marginal_fn = staticmethod(_gctr_probs)
 
 
 @pytree_dataclass
@@ -63,9 +61,8 @@ class FittedRCTR(ClickModelFit):
     """Fitted rank CTR: ``params["rho"]`` (``[n]``)."""
 
     model_name = "RCTR"
-    pair_params = ()
-    _conditional_fn = staticmethod(_rctr_probs)
-    _marginal_fn = staticmethod(_rctr_probs)
+    param_shapes = {"rho": (RANKS,)}
+    _conditional_fn = _marginal_fn = staticmethod(_rctr_probs)
 
 
 @pytree_dataclass
@@ -73,8 +70,7 @@ class FittedDCTR(ClickModelFit):
     """Fitted document CTR: ``params["alpha"]`` (``[P + 1]``)."""
 
     model_name = "DCTR"
-    _conditional_fn = staticmethod(_dctr_probs)
-    _marginal_fn = staticmethod(_dctr_probs)
+    _conditional_fn = _marginal_fn = staticmethod(_dctr_probs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +86,6 @@ class GCTR(ClickModel):
 
     fitted_cls = FittedGCTR
     _stats = staticmethod(_gctr_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"rho": np.full((), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +94,6 @@ class RCTR(ClickModel):
 
     fitted_cls = FittedRCTR
     _stats = staticmethod(_rctr_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"rho": np.full((n,), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,8 +102,3 @@ class DCTR(ClickModel):
 
     fitted_cls = FittedDCTR
     _stats = staticmethod(_dctr_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype)}

@@ -32,13 +32,12 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
+from jaxcal.clicks._base import PAIRS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
-from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
+from jaxcal.clicks._stats import by_pair, chain_loglik, pair_sums, session_weights
 from jaxcal.clicks.dcm import last_click_or_end
 
 __all__ = [
@@ -120,17 +119,14 @@ def dbn_stats(params, batch):
     post = dbn_posteriors_rank_major(a, params["sigma"][qd], params["gamma"], clicks, mask)
     w = jnp.where(mask, batch.weight[None, :], 0.0)
     wc = w * clicks
-    n_pairs = params["alpha"].shape[0]
-    rows = jnp.stack([w * post["p_attr"], w, wc * post["p_sat"], wc], axis=-1)
-    sums = jax.ops.segment_sum(rows.reshape(-1, 4), qd.reshape(-1), num_segments=n_pairs)
+    rows = [w * post["p_attr"], w, wc * post["p_sat"], wc]
+    sums = pair_sums(rows, qd, params["alpha"].shape[0])
     stats = {
         "alpha": (sums[:, 0], sums[:, 1]),
         "sigma": (sums[:, 2], sums[:, 3]),
         "gamma": (jnp.sum(w * post["gamma_num"]), jnp.sum(w * post["gamma_den"])),
     }
-    cond = post["cond"]
-    ll = jnp.sum(w * jnp.log(jnp.where(clicks > 0, cond, jnp.where(mask, 1.0 - cond, 1.0))))
-    return stats, ll
+    return stats, chain_loglik(w, post["cond"], clicks, mask)
 
 
 def _chain_params(params, qd, mask, gamma):
@@ -178,7 +174,7 @@ class FittedDBN(ClickModelFit):
     """Fitted DBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``), ``params["gamma"]``."""
 
     model_name = "DBN"
-    pair_params = ("alpha", "sigma")
+    param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,), "gamma": ()}
     _conditional_fn = staticmethod(_dbn_conditional)
     _marginal_fn = staticmethod(_dbn_marginal)
 
@@ -188,7 +184,7 @@ class FittedSDBN(ClickModelFit):
     """Fitted SDBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``)."""
 
     model_name = "SDBN"
-    pair_params = ("alpha", "sigma")
+    param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,)}
     _conditional_fn = staticmethod(_sdbn_conditional)
     _marginal_fn = staticmethod(_sdbn_marginal)
 
@@ -200,12 +196,6 @@ class DBN(ClickModel):
     fitted_cls = FittedDBN
     uses_em = True
     _stats = staticmethod(dbn_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        half = np.full((n_pairs,), 0.5, dtype)
-        return {"alpha": half, "sigma": half, "gamma": np.full((), 0.5, dtype)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +204,3 @@ class SDBN(ClickModel):
 
     fitted_cls = FittedSDBN
     _stats = staticmethod(_sdbn_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        half = np.full((n_pairs,), 0.5, dtype)
-        return {"alpha": half, "sigma": half}

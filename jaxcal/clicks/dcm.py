@@ -18,12 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
+from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import forward, last_click, marginal
-from jaxcal.clicks._stats import by_pair, by_rank, mstep_ratios, session_weights
+from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
 __all__ = ["DCM", "FittedDCM", "last_click_or_end"]
 
@@ -68,6 +67,7 @@ class FittedDCM(ClickModelFit):
     """Fitted DCM: ``params["alpha"]`` (``[P + 1]``), ``params["lambda"]`` (``[n]``)."""
 
     model_name = "DCM"
+    param_shapes = {"alpha": (PAIRS,), "lambda": (RANKS,)}
     _conditional_fn = staticmethod(_conditional)
     _marginal_fn = staticmethod(_marginal)
 
@@ -78,8 +78,3 @@ class DCM(ClickModel):
 
     fitted_cls = FittedDCM
     _stats = staticmethod(_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype), "lambda": np.full((n,), 0.5, dtype)}

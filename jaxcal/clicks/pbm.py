@@ -17,36 +17,45 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
+from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import bernoulli_loglik, safe_div
-from jaxcal.clicks._stats import by_pair, by_rank, mstep_ratios, session_weights
+from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
-__all__ = ["PBM", "FittedPBM", "pbm_stats"]
+__all__ = ["PBM", "FittedPBM", "examination_posteriors", "pbm_stats"]
 
 
 def _probs(params, qd, clicks, mask):
     return params["alpha"][qd] * params["gamma"][None, : qd.shape[1]]
 
 
-def pbm_stats(params, batch):
-    """PBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``."""
-    alpha, gamma = params["alpha"], params["gamma"]
-    a = alpha[batch.qd]
-    g = gamma[None, :]
+def examination_posteriors(a, g, batch):
+    """Exact E-step of ``C = E A`` with independent ``P(A = 1) = a`` and ``P(E = 1) = g``
+    (``[S, n]`` each; PBM, and UBM with ``g = gamma_{r, r'}``).
+
+    Returns:
+        ``(P(A = 1 | C), P(E = 1 | C), loglik)``: two ``[S, n]`` arrays and the weighted
+        log-likelihood of the log.
+    """
     c = batch.clicks > 0
     skip = 1.0 - a * g
     p_a = jnp.where(c, 1.0, safe_div(a * (1.0 - g), skip))
     p_e = jnp.where(c, 1.0, safe_div(g * (1.0 - a), skip))
+    ll = jnp.sum(batch.weight * bernoulli_loglik(a * g, batch.clicks, batch.mask))
+    return p_a, p_e, ll
+
+
+def pbm_stats(params, batch):
+    """PBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``."""
+    alpha, gamma = params["alpha"], params["gamma"]
+    p_a, p_e, ll = examination_posteriors(alpha[batch.qd], gamma[None, :], batch)
     w = session_weights(batch)
     n_pairs = alpha.shape[0]
     stats = {
         "alpha": (by_pair(w * p_a, batch.qd, n_pairs), by_pair(w, batch.qd, n_pairs)),
         "gamma": (by_rank(w * p_e), by_rank(w)),
     }
-    ll = jnp.sum(batch.weight * bernoulli_loglik(a * g, batch.clicks, batch.mask))
     return stats, ll
 
 
@@ -55,8 +64,8 @@ class FittedPBM(ClickModelFit):
     """Fitted PBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n]``)."""
 
     model_name = "PBM"
-    _conditional_fn = staticmethod(_probs)
-    _marginal_fn = staticmethod(_probs)
+    param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS,)}
+    _conditional_fn = _marginal_fn = staticmethod(_probs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,17 +75,12 @@ class PBM(ClickModel):
     Example:
         >>> import jax
         >>> from jaxcal.clicks import PBM, simulate, example_params
-        >>> log = simulate("PBM", example_params("PBM"), 2000, key=jax.random.key(0))
+        >>> log = simulate("PBM", example_params("PBM"), 1000, key=jax.random.key(0))
         >>> fitted = PBM().fit(log, max_iter=20)
-        >>> fitted.predict_marginal(log).shape
-        (2000, 10)
+        >>> fitted.predict_marginal(log).shape  # [sessions, ranks]
+        (1000, 10)
     """
 
     fitted_cls = FittedPBM
     uses_em = True
     _stats = staticmethod(pbm_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype), "gamma": np.full((n,), 0.5, dtype)}

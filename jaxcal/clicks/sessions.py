@@ -23,6 +23,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._validation import check_mask
 
 __all__ = ["Sessions", "PairIndex", "encode_pairs", "lookup_pairs"]
 
@@ -95,13 +96,7 @@ class Sessions:
             raise ValueError(f"shape mismatch: doc {d.shape} but clicks {c.shape}.")
         if c.dtype.kind not in "biuf":
             raise ValueError(f"clicks must be numeric 0/1; got dtype {c.dtype}.")
-        m = np.ones((S, n), bool) if mask is None else np.asarray(mask)
-        if m.shape != d.shape:
-            raise ValueError(f"shape mismatch: doc {d.shape} but mask {m.shape}.")
-        if m.dtype != bool:
-            if not np.isin(m, (0, 1)).all():
-                raise ValueError("mask must be boolean (or 0/1).")
-            m = m.astype(bool)
+        m = check_mask(mask, d.shape, like="doc")
         bad = m & ~np.isin(c, (0, 1))
         if bad.any():
             vals = np.unique(c[bad])[:5]

@@ -21,12 +21,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.clicks._base import ClickModel, ClickModelFit
-from jaxcal.clicks._chain import bernoulli_loglik, safe_div
-from jaxcal.clicks._stats import by_pair, mstep_ratios, session_weights
+from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
+from jaxcal.clicks._stats import by_pair, session_weights
+from jaxcal.clicks.pbm import examination_posteriors
 
 __all__ = ["UBM", "FittedUBM", "ubm_stats", "previous_click"]
 
@@ -74,13 +73,8 @@ def ubm_stats(params, batch):
     """UBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``."""
     alpha, gamma = params["alpha"], params["gamma"]
     n = gamma.shape[0]
-    a = alpha[batch.qd]
     gid = _gamma_ids(batch.clicks)
-    g = gamma.reshape(-1)[gid]
-    c = batch.clicks > 0
-    skip = 1.0 - a * g
-    p_a = jnp.where(c, 1.0, safe_div(a * (1.0 - g), skip))
-    p_e = jnp.where(c, 1.0, safe_div(g * (1.0 - a), skip))
+    p_a, p_e, ll = examination_posteriors(alpha[batch.qd], gamma.reshape(-1)[gid], batch)
     w = session_weights(batch)
     n_pairs = alpha.shape[0]
     stats = {
@@ -90,7 +84,6 @@ def ubm_stats(params, batch):
             by_pair(w, gid, n * n).reshape(n, n),
         ),
     }
-    ll = jnp.sum(batch.weight * bernoulli_loglik(a * g, batch.clicks, batch.mask))
     return stats, ll
 
 
@@ -99,6 +92,7 @@ class FittedUBM(ClickModelFit):
     """Fitted UBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n, n]``)."""
 
     model_name = "UBM"
+    param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS, RANKS)}
     _conditional_fn = staticmethod(_conditional)
     _marginal_fn = staticmethod(_marginal)
 
@@ -110,8 +104,3 @@ class UBM(ClickModel):
     fitted_cls = FittedUBM
     uses_em = True
     _stats = staticmethod(ubm_stats)
-    _mstep = staticmethod(mstep_ratios)
-
-    @staticmethod
-    def _init(n_pairs, n, dtype):
-        return {"alpha": np.full((n_pairs,), 0.5, dtype), "gamma": np.full((n, n), 0.5, dtype)}

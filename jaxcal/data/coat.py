@@ -136,7 +136,8 @@ def load_coat(path: str | os.PathLike | None = None) -> CoatData:
             values, ratings outside the integers 0..5, propensities outside (0, 1], or
             features that are not 0/1. The message names the file and ``$JAXCAL_DATA_DIR``.
 
-    Example:
+    Example (reads ``$JAXCAL_DATA_DIR/coat``):
+        >>> import jaxcal
         >>> coat = jaxcal.data.load_coat()
         >>> coat.train.shape, int((coat.train > 0).sum(1)[0])
         ((290, 300), 24)
@@ -251,7 +252,9 @@ def fetch_coat(
         ValueError: checksum mismatch (with both digests), an archive that is not zip/tar
             or lacks the Coat files, or a download error.
 
-    Example:
+    Example (downloads from the authors' page, so it is skipped when the examples are
+    tested):
+        >>> import jaxcal
         >>> path = jaxcal.data.fetch_coat("~/.cache/jaxcal")  # doctest: +SKIP
         >>> coat = jaxcal.data.load_coat(path)  # doctest: +SKIP
     """

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.data.triples import Interactions
+from jaxcal.data.triples import Interactions, as_matrix
 from jaxcal.losses import implied_base_rate
 
 __all__ = [
@@ -64,19 +64,6 @@ def as_rng(key: Any) -> np.random.Generator:
     )
 
 
-def _as_matrix(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, Interactions):
-        return x.to_dense()
-    m = np.asarray(x)
-    if m.ndim != 2 or m.size == 0:
-        raise ValueError(f"{name} must be a non-empty [n_users, n_items] matrix or Interactions.")
-    if m.dtype.kind == "f" and not np.isfinite(m).all():
-        raise ValueError(f"{name} contains non-finite values.")
-    if m.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be numeric; got dtype {m.dtype}.")
-    return m
-
-
 def binarize(
     ratings: ArrayLike | Interactions, *, threshold: float = 4, keep_negatives: bool = False
 ) -> np.ndarray | Interactions:
@@ -102,7 +89,7 @@ def binarize(
         positive = ratings.rating >= threshold
         out = ratings._replace(rating=positive.astype(np.int64))
         return out if keep_negatives else out.select(positive)
-    m = _as_matrix(ratings, "ratings")
+    m = as_matrix(ratings, "ratings")
     return (m >= threshold).astype(np.int64)
 
 
@@ -160,7 +147,7 @@ def holdout_split(
     if not 0 < fraction < 1:
         raise ValueError(f"fraction must lie in (0, 1); got {fraction}.")
     dense = not isinstance(data, Interactions)
-    x = Interactions.from_dense(_as_matrix(data, "data")) if dense else data
+    x = Interactions.from_dense(as_matrix(data, "data")) if dense else data
     if x.size == 0:
         raise ValueError("no interactions to split.")
     if method == "random":
@@ -186,8 +173,8 @@ def holdout_rate(
     differs per user (``per_user=True`` returns ``[n_users]`` shares, 0 for users with
     nothing held out or no interactions).
     """
-    t = _as_matrix(train, "train") != 0
-    v = _as_matrix(valid, "valid") != 0
+    t = as_matrix(train, "train") != 0
+    v = as_matrix(valid, "valid") != 0
     if t.shape != v.shape:
         raise ValueError(f"shape mismatch: train {t.shape} but valid {v.shape}.")
     if per_user:
@@ -200,7 +187,7 @@ def holdout_rate(
 
 
 def _known(known: ArrayLike | Interactions) -> np.ndarray:
-    return _as_matrix(known, "known_positives") != 0
+    return as_matrix(known, "known_positives") != 0
 
 
 def sample_negatives(
@@ -367,8 +354,8 @@ def calibration_pairs(
         ValueError: shape mismatch, no validation positives, ``n_negatives < 1``, or a user
             without enough allowed items.
     """
-    v = _as_matrix(valid, "valid") != 0
-    t = _as_matrix(train, "train") != 0
+    v = as_matrix(valid, "valid") != 0
+    t = as_matrix(train, "train") != 0
     if v.shape != t.shape:
         raise ValueError(f"shape mismatch: valid {v.shape} but train {t.shape}.")
     if not v.any():

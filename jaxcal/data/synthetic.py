@@ -34,12 +34,14 @@ calibrator fitted naively on clicks under-estimates preference; the IPS loss wit
 :math:`\omega_{ui}` is unbiased for the ideal loss on :math:`R` (Schnabel et al. 2016;
 Saito et al. 2020; Kweon, Kang and Yu, AAAI 2022).
 
-Example:
+Example (fit on ``data.scores[v]``, ``data.clicks[v]`` with ``propensity=data.propensity[v]``,
+evaluate on ``data.scores[t]`` against ``data.relevance[t]``, ideal missing-at-random labels):
+    >>> from jaxcal.data import simulate_preferences
     >>> data = simulate_preferences(n_users=200, n_items=300, seed=0)
     >>> split = data.split(validation_fraction=0.5, seed=1)
-    >>> v, t = split.validation, split.test
-    >>> # fit on (data.scores[v], data.clicks[v], propensity=data.propensity[v]),
-    >>> # evaluate on (data.scores[t], data.relevance[t]) -- ideal, missing-at-random labels.
+    >>> v, t = split.validation, split.test  # indices of the pairs
+    >>> v.shape, t.shape
+    ((30000,), (30000,))
 """
 
 from __future__ import annotations
@@ -220,7 +222,8 @@ def simulate_preferences(
         ValueError: both or neither of ``key``/``seed``, or a parameter out of range.
 
     Example:
-        >>> data = simulate_preferences(n_users=100, n_items=200, seed=0, base_rate=0.2)
+        >>> from jaxcal.data import simulate_preferences
+        >>> data = simulate_preferences(n_users=200, n_items=300, seed=0, base_rate=0.2)
         >>> round(float(data.true_prob.mean()), 3)
         0.2
     """

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
-__all__ = ["Interactions", "load_triples"]
+__all__ = ["Interactions", "as_matrix", "load_triples"]
 
 
 class Interactions(NamedTuple):
@@ -29,6 +29,8 @@ class Interactions(NamedTuple):
     Each (user, item) pair occurs at most once (checked by :meth:`create`).
 
     Example:
+        >>> import numpy as np
+        >>> from jaxcal.data import Interactions
         >>> x = Interactions.from_dense(np.array([[0, 5], [3, 0]]))
         >>> x.user, x.item, x.rating
         (array([0, 1]), array([1, 0]), array([5, 3]))
@@ -123,6 +125,25 @@ class Interactions(NamedTuple):
         """The triples where the boolean ``mask`` (length ``size``) is true."""
         m = np.asarray(mask, dtype=bool)
         return Interactions(self.user[m], self.item[m], self.rating[m], self.n_users, self.n_items)
+
+
+def as_matrix(x: ArrayLike | Interactions, name: str) -> np.ndarray:
+    """A user-item matrix given as :class:`Interactions` (made dense) or as a non-empty,
+    numeric, finite ``[n_users, n_items]`` array.
+
+    Raises:
+        ValueError: naming ``name``, on any other input.
+    """
+    if isinstance(x, Interactions):
+        return x.to_dense()
+    m = np.asarray(x)
+    if m.ndim != 2 or m.size == 0:
+        raise ValueError(f"{name} must be a non-empty [n_users, n_items] matrix or Interactions.")
+    if m.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric; got dtype {m.dtype}.")
+    if not np.isfinite(m).all():
+        raise ValueError(f"{name} contains non-finite values.")
+    return m
 
 
 def _int_array(x: ArrayLike, name: str, *, signed: bool = False) -> np.ndarray:

@@ -73,9 +73,11 @@ def load_yahoo_r3(
         ValueError: missing files, malformed lines (with the line number), ids outside
             ``1..n``, ratings outside 1..5, or duplicate (user, item) pairs.
 
-    Example:
-        >>> data = jaxcal.data.load_yahoo_r3("~/data/yahoo_r3")  # doctest: +SKIP
+    Example (needs the Webscope files, which are licensed and not redistributed, so it is
+    skipped when the examples are tested):
+        >>> import jaxcal
         >>> from jaxcal.data import binarize
+        >>> data = jaxcal.data.load_yahoo_r3("~/data/yahoo_r3")  # doctest: +SKIP
         >>> positives = binarize(data.train)  # rating >= 4  # doctest: +SKIP
     """
     if isinstance(path, tuple | list):

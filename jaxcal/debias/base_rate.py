@@ -210,9 +210,19 @@ def prior_shift_correction(
         ValueError: NaN scores, labels not 0/1, one class only, length mismatch, negative
             weights, or a calibrator without ``predict``.
 
-    Example:
-        >>> corrected = prior_shift_correction(fitted, mar_scores, mar_labels)  # doctest: +SKIP
-        >>> probs = corrected.predict(scores)  # doctest: +SKIP
+    Example (a calibrator fitted where half the positives went unrecorded, corrected
+    with 200 pairs whose labels are complete):
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.debias import prior_shift_correction
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=1200); y = rng.random(1200) < 1 / (1 + np.exp(-(2 * s - 1)))
+        >>> seen = y & (rng.random(1200) < 0.5)
+        >>> fitted = jaxcal.PlattScaling().fit(s[:1000], seen[:1000])
+        >>> mar_scores, mar_labels = s[1000:], y[1000:]
+        >>> corrected = prior_shift_correction(fitted, mar_scores, mar_labels)
+        >>> probs = corrected.predict(mar_scores)
+        >>> bool(abs(float(probs.mean()) - mar_labels.mean()) < 1e-4)  # the MAR base rate
+        True
     """
     if not hasattr(fitted_calibrator, "predict"):
         raise ValueError("fitted_calibrator must be a fitted calibrator with a predict method.")

@@ -37,6 +37,8 @@ def popularity_propensity(
             2-D or not finite, ``clip`` outside (0, 1] or ``power`` <= 0.
 
     Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import popularity_propensity
         >>> popularity_propensity(np.array([[1, 1, 0], [1, 0, 0]]))  # counts [2, 1, 0]
         array([1.        , 0.70710678, 0.1       ])
     """

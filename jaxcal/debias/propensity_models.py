@@ -25,7 +25,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.data.triples import Interactions
+from jaxcal.data.triples import Interactions, as_matrix
 
 __all__ = [
     "matrix_propensity",
@@ -37,19 +37,6 @@ __all__ = [
     "LogisticPropensity",
     "logistic_propensity",
 ]
-
-
-def _matrix(x: Any, name: str) -> np.ndarray:
-    if isinstance(x, Interactions):
-        return x.to_dense()
-    m = np.asarray(x)
-    if m.ndim != 2 or m.size == 0:
-        raise ValueError(f"{name} must be a non-empty 2-D [n_users, n_items] array.")
-    if m.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be numeric; got dtype {m.dtype}.")
-    if not np.isfinite(m).all():
-        raise ValueError(f"{name} contains non-finite values.")
-    return m
 
 
 def matrix_propensity(
@@ -65,7 +52,7 @@ def matrix_propensity(
     Raises:
         ValueError: values outside (0, 1], non-finite values, ids out of range.
     """
-    m = _matrix(matrix, "matrix").astype(np.float64)
+    m = as_matrix(matrix, "matrix").astype(np.float64)
     if (m <= 0).any() or (m > 1).any():
         raise ValueError(
             f"propensities must lie in (0, 1]; got min {m.min():.6g}, max {m.max():.6g}. "
@@ -87,7 +74,7 @@ def exposure_rate(observed: ArrayLike | Interactions) -> float:
     r"""Mean exposure :math:`\bar\omega = \#\{O = 1\} / (n_\text{users} n_\text{items})`:
     the density of an explicit-feedback matrix (every rated pair, whatever the rating, was
     exposed). Coat: 24 / 300 = 0.08."""
-    m = _matrix(observed, "observed") != 0
+    m = as_matrix(observed, "observed") != 0
     return float(m.mean())
 
 
@@ -216,7 +203,7 @@ def _values(x: Any, name: str) -> tuple[np.ndarray, int | None]:
         if not np.isfinite(arr.astype(float)).all():
             raise ValueError(f"{name} contains non-finite values.")
         return arr, None
-    m = _matrix(arr, name)
+    m = as_matrix(arr, name)
     return m[m != 0], m.size
 
 
@@ -419,7 +406,7 @@ def logistic_propensity(
     Raises:
         ValueError: shape mismatches, non-finite features, all pairs observed or none.
     """
-    obs = (_matrix(observed, "observed") != 0).astype(np.float64)
+    obs = (as_matrix(observed, "observed") != 0).astype(np.float64)
     xu = np.asarray(user_features, np.float64)
     xi = np.asarray(item_features, np.float64)
     if xu.ndim != 2 or xu.shape[0] != obs.shape[0]:

@@ -119,21 +119,40 @@ def binned_stats(
         :class:`BinStats` with ``[n_bins]`` arrays.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
         >>> edges = bin_edges(n_bins=10)
         >>> s = binned_stats(jnp.array([0.05, 0.95]), jnp.array([0.0, 1.0]), edges)
-        >>> float(ece_from_stats(s))  # |0 - 0.05| / 2 + |1 - 0.95| / 2
-        0.05...
+        >>> round(float(ece_from_stats(s)), 6)  # |0 - 0.05| / 2 + |1 - 0.95| / 2
+        0.05
     """
+    p, y, w = weighted_arrays(probs, labels, sample_weight)
+    edges = jnp.asarray(edges, p.dtype)
+    return class_sums(p, y, w, bin_ids(p, edges), edges.shape[0] - 1, axis_name=axis_name)
+
+
+def weighted_arrays(probs: ArrayLike, labels: ArrayLike, sample_weight: ArrayLike | None):
+    """``(p, y, w)`` of the pure cores: probabilities, labels and weights (ones for
+    ``None``) as arrays of the probabilities' dtype; no validation."""
     p = jnp.asarray(probs)
     y = jnp.asarray(labels, p.dtype)
-    edges = jnp.asarray(edges, p.dtype)
     w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
-    n_bins = edges.shape[0] - 1
-    seg = partial(jax.ops.segment_sum, segment_ids=bin_ids(p, edges), num_segments=n_bins)
-    stats = BinStats(seg(jnp.ones_like(p)), seg(w), seg(w * p), seg(w * y))
-    if axis_name is not None:
-        stats = jax.lax.psum(stats, axis_name)
-    return stats
+    return p, y, w
+
+
+def segment_sums(values, segment_ids, num_segments: int, *, axis_name: str | None = None):
+    """``segment_sum`` of each array of ``values`` by ``segment_ids`` (a tuple); inside
+    ``shard_map``, ``psum``-ed over ``axis_name``."""
+    seg = partial(jax.ops.segment_sum, segment_ids=segment_ids, num_segments=num_segments)
+    sums = tuple(seg(v) for v in values)
+    return sums if axis_name is None else jax.lax.psum(sums, axis_name)
+
+
+def class_sums(p, y, w, segment_ids, num_segments: int, *, axis_name=None) -> BinStats:
+    """:class:`BinStats` of ``(p, y, w)`` by segment: count, weight, weighted probabilities
+    and weighted labels (:func:`segment_sums`)."""
+    values = (jnp.ones_like(p), w, w * p, w * y)
+    return BinStats(*segment_sums(values, segment_ids, num_segments, axis_name=axis_name))
 
 
 _COMPARE_ALL = 64  # up to this many bins, bin ids come from one comparison per edge
@@ -296,8 +315,9 @@ def ece(
             mismatch, empty input, negative or all-zero weights, bad ``n_bins``/``strategy``.
 
     Example:
-        >>> float(ece([0.2, 0.8], [0, 1], n_bins=10))
-        0.2...
+        >>> from jaxcal.metrics import ece
+        >>> round(float(ece([0.2, 0.8], [0, 1], n_bins=10)), 6)  # (0.2 + 0.2) / 2
+        0.2
     """
     del symmetric  # |(1 - a) - (1 - c)| = |a - c|: same value either way
     p, y, w = _check(probs, labels, sample_weight)
@@ -375,6 +395,7 @@ def reliability(
         ValueError: as in :func:`ece`.
 
     Example:
+        >>> from jaxcal.metrics import reliability
         >>> r = reliability([0.05, 0.15, 0.9], [0, 1, 1], n_bins=10)
         >>> r.count.tolist()[:2], r.accuracy.tolist()[1]
         ([1.0, 1.0], 1.0)

@@ -69,6 +69,7 @@ def auc(
             negative weights, or only one class carrying positive weight.
 
     Example:
+        >>> from jaxcal.metrics import auc
         >>> float(auc([0.1, 0.4, 0.4, 0.8], [0, 0, 1, 1]))  # (1 + 0.5 + 1 + 1) / 4
         0.875
     """

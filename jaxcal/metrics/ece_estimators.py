@@ -53,7 +53,13 @@ from jax.typing import ArrayLike
 
 from jaxcal._jit import jit
 from jaxcal._validation import check_labels, check_probs, check_sample_weight
-from jaxcal.metrics.calibration import _padded, bin_edges, bin_ids
+from jaxcal.metrics.calibration import (
+    _padded,
+    bin_edges,
+    bin_ids,
+    segment_sums,
+    weighted_arrays,
+)
 
 __all__ = [
     "DebiasStats",
@@ -93,16 +99,11 @@ def debias_stats(
     Bins follow :func:`jaxcal.metrics.calibration.binned_stats` (``[e_b, e_{b+1})``, last
     bin closed). ``axis_name``: inside ``shard_map``, the axis to ``psum`` over.
     """
-    p = jnp.asarray(probs)
-    y = jnp.asarray(labels, p.dtype)
+    p, y, w = weighted_arrays(probs, labels, sample_weight)
     edges = jnp.asarray(edges, p.dtype)
-    w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
-    n_bins = edges.shape[0] - 1
-    seg = partial(jax.ops.segment_sum, segment_ids=bin_ids(p, edges), num_segments=n_bins)
-    stats = DebiasStats(seg(jnp.ones_like(p)), seg(w), seg(w * w), seg(w * p), seg(w * y))
-    if axis_name is not None:
-        stats = jax.lax.psum(stats, axis_name)
-    return stats
+    values = (jnp.ones_like(p), w, w * w, w * p, w * y)
+    ids, n_bins = bin_ids(p, edges), edges.shape[0] - 1
+    return DebiasStats(*segment_sums(values, ids, n_bins, axis_name=axis_name))
 
 
 def _bin_terms(stats: DebiasStats):
@@ -150,9 +151,7 @@ def grid_residuals(
 
     Returns ``(residual_mass, weight_total)``; both are additive over data shards.
     """
-    p = jnp.asarray(probs)
-    y = jnp.asarray(labels, p.dtype)
-    w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
+    p, y, w = weighted_arrays(probs, labels, sample_weight)
     x = p * (n_grid - 1)
     left = jnp.clip(jnp.floor(x), 0, n_grid - 2).astype(jnp.int32)
     frac = x - left
@@ -283,6 +282,7 @@ def debiased_ece(
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
         >>> probs = rng.uniform(size=20000)
+        >>> from jaxcal.metrics import debiased_ece
         >>> labels = rng.uniform(size=20000) < probs  # calibrated
         >>> float(debiased_ece(probs, labels)) < 0.01
         True
@@ -351,6 +351,7 @@ def smooth_ece(
         >>> import numpy as np
         >>> rng = np.random.default_rng(0)
         >>> probs = rng.uniform(0.2, 0.8, size=20000)
+        >>> from jaxcal.metrics import smooth_ece
         >>> labels = rng.uniform(size=20000) < probs + 0.1  # predictions 0.1 too low
         >>> round(float(smooth_ece(probs, labels)), 1)
         0.1

@@ -55,7 +55,13 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._validation import check_groups, check_labels, check_probs, check_sample_weight
-from jaxcal.metrics.calibration import STRATEGIES, BinStats, bin_edges
+from jaxcal.metrics.calibration import (
+    STRATEGIES,
+    BinStats,
+    bin_edges,
+    class_sums,
+    weighted_arrays,
+)
 
 __all__ = [
     "segment_stats",
@@ -99,14 +105,8 @@ def segment_stats(
     Returns:
         :class:`jaxcal.metrics.calibration.BinStats` with ``[num_segments]`` arrays.
     """
-    p = jnp.asarray(probs)
-    y = jnp.asarray(labels, p.dtype)
-    w = jnp.ones_like(p) if sample_weight is None else jnp.asarray(sample_weight, p.dtype)
-    seg = partial(jax.ops.segment_sum, segment_ids=segment_ids, num_segments=num_segments)
-    stats = BinStats(seg(jnp.ones_like(p)), seg(w), seg(w * p), seg(w * y))
-    if axis_name is not None:
-        stats = jax.lax.psum(stats, axis_name)
-    return stats
+    p, y, w = weighted_arrays(probs, labels, sample_weight)
+    return class_sums(p, y, w, segment_ids, num_segments, axis_name=axis_name)
 
 
 def field_ece_from_stats(stats: BinStats) -> jax.Array:
@@ -249,8 +249,9 @@ def pcoc(
             undefined without observed clicks).
 
     Example:
-        >>> float(pcoc([0.2, 0.4, 0.6], [0, 1, 0]))
-        1.2...
+        >>> from jaxcal.metrics import pcoc
+        >>> round(float(pcoc([0.2, 0.4, 0.6], [0, 1, 0])), 6)  # (0.2 + 0.4 + 0.6) / 1
+        1.2
     """
     p, y, w = _check(probs, labels, sample_weight)
     observed = np.dot(w, y)
@@ -302,6 +303,7 @@ def cal_n(
         ValueError: bad probabilities, labels, weights, ``n_bins`` or ``strategy``.
 
     Example:
+        >>> from jaxcal.metrics import cal_n
         >>> float(cal_n([0.2, 0.8], [0, 1], n_bins=1))  # PCOC = 1.0
         0.0
     """
@@ -403,6 +405,7 @@ def field_ece(
             length or not integers.
 
     Example:
+        >>> from jaxcal.metrics import field_ece
         >>> float(field_ece([0.5, 0.5, 0.5, 0.5], [1, 1, 0, 0], [0, 0, 1, 1]))
         0.5
     """
@@ -435,6 +438,7 @@ def field_rce(
         ValueError: as in :func:`field_ece`, or ``eps <= 0``.
 
     Example:
+        >>> from jaxcal.metrics import field_rce
         >>> round(float(field_rce([0.25, 0.25], [1, 0], [0, 0])), 4)  # |1 - 0.5| / 1
         0.5
     """

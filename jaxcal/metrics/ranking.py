@@ -33,6 +33,7 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal._validation import check_mask
 
 __all__ = ["auc", "ndcg_at_k", "recall_at_k"]
 
@@ -56,15 +57,9 @@ def _check(
         raise ValueError(f"shape mismatch: scores {s.shape} but labels {y.shape}.")
     if y.dtype.kind not in "biuf":
         raise ValueError(f"labels must be numeric; got dtype {y.dtype}.")
-    m = np.ones(s.shape, bool) if mask is None else np.asarray(mask)
-    if m.ndim == 1:
-        m = m[None, :]
-    if m.shape != s.shape:
-        raise ValueError(f"shape mismatch: scores {s.shape} but mask {m.shape}.")
-    if m.dtype != bool:
-        if not np.isin(m, (0, 1)).all():
-            raise ValueError("mask must be boolean (or 0/1).")
-        m = m.astype(bool)
+    if mask is not None and np.ndim(mask) == 1:
+        mask = np.asarray(mask)[None, :]
+    m = check_mask(mask, s.shape, like="scores")
     if not m.any():
         raise ValueError("mask selects no entry; nothing to evaluate.")
     if not np.isfinite(s[m]).all():
@@ -209,8 +204,8 @@ def ndcg_at_k(
     Example:
         >>> import numpy as np
         >>> from jaxcal.metrics.ranking import ndcg_at_k
-        >>> float(ndcg_at_k(np.array([[0.9, 0.1, 0.5]]), np.array([[0, 0, 1]]), k=2))
-        0.6309297535714575
+        >>> round(float(ndcg_at_k(np.array([[0.9, 0.1, 0.5]]), np.array([[0, 0, 1]]), k=2)), 6)
+        0.63093
     """
     s, y, m = _check(scores, labels, mask, graded=True)
     k = _check_k(k, s.shape[1])

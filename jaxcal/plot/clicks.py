@@ -56,9 +56,16 @@ def reliability_by_rank_diagram(
         ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
         ValueError: an empty mapping, or ranks outside the diagrams.
 
-    Example:
-        >>> d = reliability_by_rank(model.predict_marginal(test), test.clicks, test.mask)
-        >>> reliability_by_rank_diagram({"DBN": d}, "rel.png", ranks=(1, 2))
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import numpy as np
+        >>> from jaxcal.clicks import reliability_by_rank
+        >>> from jaxcal.plot import reliability_by_rank_diagram
+        >>> rng = np.random.default_rng(0)
+        >>> probs = rng.uniform(size=(2000, 3)) / np.arange(1, 4)  # [sessions, ranks]
+        >>> clicks = (rng.uniform(size=probs.shape) < probs).astype(int)
+        >>> d = reliability_by_rank(probs, clicks, n_bins=10)
+        >>> reliability_by_rank_diagram({"model": d}, "rel_by_rank.png", ranks=(1, 2)).name
+        'rel_by_rank.png'
     """
     diagrams = _as_diagrams(diagrams)
     n = min(d.ctr.shape[0] for d in diagrams.values())

@@ -316,23 +316,30 @@ def search_steps(bound: int) -> int:
     return max(1, int(np.ceil(np.log2(bound + 1))) + 1)
 
 
+def _first_above(values: jax.Array, lo: jax.Array, hi: jax.Array, x: jax.Array, bound: int):
+    """First index in ``[lo, hi)`` whose entry of the sorted segment ``values[lo:hi]`` is
+    ``> x`` (``hi`` if none), by a vectorised binary search of ``search_steps(bound)``
+    steps (``bound``, static: an upper bound on the segment lengths)."""
+
+    def body(_, bounds):
+        lo, hi = bounds
+        active = lo < hi
+        mid = (lo + hi) // 2
+        le = values[jnp.minimum(mid, values.size - 1)] <= x
+        return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
+
+    lo, _ = jax.lax.fori_loop(0, search_steps(bound), body, (lo, hi), unroll=True)
+    return lo
+
+
 def nth_non_positive(tables: SamplerTables, users: jax.Array, r: jax.Array, bound: int):
     """The ``r``-th (0-based) item that ``users`` have not interacted with (vectorised).
 
     ``bound`` (static) is any upper bound on the users' numbers of positives (``n_items``
     always works; ``Sizes.search_bound`` is tighter and faster)."""
     start = tables.indptr[users]
-    lo, hi = start, tables.indptr[users + 1]
-
-    def body(_, bounds):
-        # first index in [start, end) with shifted > r (positives "before" the r-th gap)
-        lo, hi = bounds
-        active = lo < hi
-        mid = (lo + hi) // 2
-        le = tables.shifted[jnp.minimum(mid, tables.shifted.size - 1)] <= r
-        return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
-
-    lo, _ = jax.lax.fori_loop(0, search_steps(bound), body, (lo, hi), unroll=True)
+    # positives "before" the r-th gap: those whose shifted value is <= r
+    lo = _first_above(tables.shifted, start, tables.indptr[users + 1], r, bound)
     return (r + (lo - start)).astype(jnp.int32)
 
 
@@ -374,16 +381,8 @@ def is_positive(tables: SamplerTables, users: jax.Array, items: jax.Array, bound
     if has_bitmap(tables):
         word, _, shift = _bitmap_words(tables, users, items)
         return ((word >> shift) & 1).astype(bool)
-    start, end = tables.indptr[users], tables.indptr[users + 1]
-
-    def body(_, bounds):
-        lo, hi = bounds
-        active = lo < hi
-        mid = (lo + hi) // 2
-        le = tables.items[jnp.minimum(mid, tables.items.size - 1)] <= items
-        return jnp.where(active & le, mid + 1, lo), jnp.where(active & ~le, mid, hi)
-
-    lo, _ = jax.lax.fori_loop(0, search_steps(bound), body, (start, end), unroll=True)
+    start = tables.indptr[users]
+    lo = _first_above(tables.items, start, tables.indptr[users + 1], items, bound)
     last = jnp.maximum(lo - 1, 0)
     return (lo > start) & (tables.items[last] == items)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -12,23 +14,15 @@ from jaxcal.recsys._train import check_indices
 __all__ = ["FactorModel", "DistanceModel"]
 
 
-@pytree_dataclass
-class FactorModel:
-    """Scores by inner products: :math:`\\hat x_{ui} = \\langle w_u, h_i \\rangle`.
-
-    Returned by ``BPRMF``, ``UBPR``, ``LightGCN`` (propagated embeddings) and ``WRMF``.
-
-    Attributes:
-        user_factors: ``[n_users, dim]`` user factors.
-        item_factors: ``[n_items, dim]`` item factors.
-        train_loss: per-step training loss (``[n_steps]``; WR-MF: objective per sweep).
-        trainer: name of the model that produced the factors.
-    """
+@dataclasses.dataclass(frozen=True)
+class _EmbeddingModel:
+    """User and item vectors; subclasses say how a pair of vectors scores
+    (``_pair_scores``: row by row, ``_all_scores``: every user row against every item row)."""
 
     user_factors: jax.Array
     item_factors: jax.Array
     train_loss: jax.Array
-    trainer: str = static_field(default="BPRMF")
+    trainer: str = static_field(default="")
 
     @property
     def n_users(self) -> int:
@@ -41,16 +35,40 @@ class FactorModel:
     def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
         """Ranking scores of ``(users, items)`` (integer ids, broadcast together)."""
         u, i = check_indices(users, items, self.n_users, self.n_items)
-        return jnp.sum(self.user_factors[u] * self.item_factors[i], axis=-1)
+        return self._pair_scores(self.user_factors[u], self.item_factors[i])
 
     def score_all(self, users: ArrayLike | None = None) -> jax.Array:
         """``[n, n_items]`` scores of every item for ``users`` (default: all users)."""
         w = self.user_factors if users is None else self.user_factors[_ids(users, self.n_users)]
-        return w @ self.item_factors.T
+        return self._all_scores(w, self.item_factors)
 
 
 @pytree_dataclass
-class DistanceModel:
+class FactorModel(_EmbeddingModel):
+    """Scores by inner products: :math:`\\hat x_{ui} = \\langle w_u, h_i \\rangle`.
+
+    Returned by ``BPRMF``, ``UBPR``, ``LightGCN`` (propagated embeddings) and ``WRMF``.
+
+    Attributes:
+        user_factors: ``[n_users, dim]`` user factors.
+        item_factors: ``[n_items, dim]`` item factors.
+        train_loss: per-step training loss (``[n_steps]``; WR-MF: objective per sweep).
+        trainer: name of the model that produced the factors.
+    """
+
+    trainer: str = static_field(default="BPRMF")
+
+    @staticmethod
+    def _pair_scores(w: jax.Array, h: jax.Array) -> jax.Array:
+        return jnp.sum(w * h, axis=-1)
+
+    @staticmethod
+    def _all_scores(w: jax.Array, h: jax.Array) -> jax.Array:
+        return w @ h.T
+
+
+@pytree_dataclass
+class DistanceModel(_EmbeddingModel):
     """Scores by negative squared distances: :math:`\\hat x_{ui} = -\\lVert w_u - h_i\\rVert^2`
     (CML, Hsieh et al. 2017: closer items rank higher).
 
@@ -60,29 +78,15 @@ class DistanceModel:
         train_loss: ``[n_steps]`` mini-batch losses.
     """
 
-    user_factors: jax.Array
-    item_factors: jax.Array
-    train_loss: jax.Array
     trainer: str = static_field(default="CML")
 
-    @property
-    def n_users(self) -> int:
-        return self.user_factors.shape[-2]
-
-    @property
-    def n_items(self) -> int:
-        return self.item_factors.shape[-2]
-
-    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
-        """``-||w_u - h_i||^2`` for ``(users, items)`` (integer ids, broadcast together)."""
-        u, i = check_indices(users, items, self.n_users, self.n_items)
-        diff = self.user_factors[u] - self.item_factors[i]
+    @staticmethod
+    def _pair_scores(w: jax.Array, h: jax.Array) -> jax.Array:
+        diff = w - h
         return -jnp.sum(diff * diff, axis=-1)
 
-    def score_all(self, users: ArrayLike | None = None) -> jax.Array:
-        """``[n, n_items]`` scores of every item for ``users`` (default: all users)."""
-        w = self.user_factors if users is None else self.user_factors[_ids(users, self.n_users)]
-        h = self.item_factors
+    @staticmethod
+    def _all_scores(w: jax.Array, h: jax.Array) -> jax.Array:
         sq = jnp.sum(w * w, -1)[:, None] + jnp.sum(h * h, -1)[None, :]
         return -(sq - 2.0 * w @ h.T)
 

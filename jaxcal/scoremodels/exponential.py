@@ -17,8 +17,8 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior
-from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior, _observe
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior
+from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
 
 __all__ = ["ExponentialParams", "ExponentialScoreModel"]
 
@@ -46,12 +46,10 @@ class ExponentialScoreModel(ScoreModel):
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Exponential(rate_y)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, n = observe_labels(labels, sample_weight)
         with numpyro.plate("class", 2):
             rate = numpyro.sample("rate", dist.LogNormal(0.0, self.rate_scale))
-        _observe(dist.Exponential(rate[labels]), scores, sample_weight, n)
+        observe_scores(dist.Exponential(rate[labels]), scores, sample_weight, n)
 
     def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> ExponentialParams:
         r"""Priors of :meth:`model`, on the log rates :math:`\ell_k = \log\lambda_k \sim
@@ -63,10 +61,7 @@ class ExponentialScoreModel(ScoreModel):
         del lo, hi
         log_prior = dist.Normal(0.0, self.rate_scale)
         log_rate0 = numpyro.sample("log_rate0", log_prior)
-        if monotone:
-            log_rate1 = bounded_site("log_rate1", log_prior, log_rate0, upper=True)
-        else:
-            log_rate1 = numpyro.sample("log_rate1", log_prior)
+        log_rate1 = prior_site("log_rate1", log_prior, log_rate0, monotone=monotone, upper=True)
         rate0 = numpyro.deterministic("rate0", jnp.exp(log_rate0))
         rate1 = numpyro.deterministic("rate1", jnp.exp(log_rate1))
         return ExponentialParams(rate0, rate1, pi1)
@@ -86,7 +81,7 @@ class ExponentialScoreModel(ScoreModel):
         """``[a, b]`` of the posterior logit ``a s + b``."""
         p = params
         a = p.rate0 - p.rate1
-        b = _logit_prior(p.pi1) + jnp.log(p.rate1) - jnp.log(p.rate0)
+        b = logit_prior(p.pi1) + jnp.log(p.rate1) - jnp.log(p.rate0)
         return jnp.stack([a, b], axis=-1)
 
     def log_odds(self, params: ExponentialParams, scores: ArrayLike) -> jax.Array:

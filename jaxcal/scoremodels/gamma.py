@@ -25,8 +25,8 @@ from jax.scipy.special import digamma, gammaln, polygamma
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior
-from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior, _observe
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior
+from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
 
 __all__ = ["GammaParams", "GammaScoreModel", "gamma_mle"]
 
@@ -92,13 +92,11 @@ class GammaScoreModel(ScoreModel):
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Gamma(alpha_y, beta_y)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, n = observe_labels(labels, sample_weight)
         with numpyro.plate("class", 2):
             alpha = numpyro.sample("alpha", dist.LogNormal(0.0, self.shape_scale))
             beta = numpyro.sample("beta", dist.LogNormal(0.0, self.rate_scale))
-        _observe(dist.Gamma(alpha[labels], beta[labels]), scores, sample_weight, n)
+        observe_scores(dist.Gamma(alpha[labels], beta[labels]), scores, sample_weight, n)
 
     def monotone_bound(self, alpha0, alpha1, beta1, lo, hi) -> jax.Array:
         r"""Smallest ``beta0`` for which the map is non-decreasing on ``[lo, hi]`` (``lo > 0``).
@@ -122,12 +120,8 @@ class GammaScoreModel(ScoreModel):
         alpha0 = numpyro.sample("alpha0", shape_prior)
         alpha1 = numpyro.sample("alpha1", shape_prior)
         beta1 = numpyro.sample("beta1", rate_prior)
-        if monotone:
-            beta0 = bounded_site(
-                "beta0", rate_prior, self.monotone_bound(alpha0, alpha1, beta1, lo, hi)
-            )
-        else:
-            beta0 = numpyro.sample("beta0", rate_prior)
+        bound = self.monotone_bound(alpha0, alpha1, beta1, lo, hi)
+        beta0 = prior_site("beta0", rate_prior, bound, monotone=monotone)
         zero = jnp.zeros(jnp.shape(pi1), jnp.int32)
         return GammaParams(alpha0, beta0, alpha1, beta1, pi1, zero, zero == 0)
 
@@ -153,7 +147,7 @@ class GammaScoreModel(ScoreModel):
         a = p.alpha1 - p.alpha0
         b = p.beta0 - p.beta1
         c = (
-            _logit_prior(p.pi1)
+            logit_prior(p.pi1)
             + p.alpha1 * jnp.log(p.beta1)
             - p.alpha0 * jnp.log(p.beta0)
             + gammaln(p.alpha0)

@@ -25,7 +25,8 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
+from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
 
 __all__ = [
     "GaussianParams",
@@ -33,28 +34,6 @@ __all__ = [
     "EqualVarianceGaussianParams",
     "EqualVarianceGaussianScoreModel",
 ]
-
-
-def _label_prior(labels, n, sample_weight=None):
-    """``pi1 ~ Beta(1, 1)``, ``labels ~ Bernoulli(pi1)`` (weighted like the scores, so that
-    the posterior mode of ``pi1`` is the weighted class share, as in ``fit_weighted``)."""
-    pi1 = numpyro.sample("pi1", dist.Beta(1.0, 1.0))
-    if sample_weight is None:
-        with numpyro.plate("data", n):
-            numpyro.sample("labels", dist.Bernoulli(pi1), obs=labels)
-    else:
-        loglik = dist.Bernoulli(pi1).log_prob(labels)
-        numpyro.factor("labels_loglik", jnp.sum(jnp.asarray(sample_weight) * loglik))
-    return pi1
-
-
-def _observe(d, scores, sample_weight, n):
-    """``scores ~ d`` (weighted: a ``numpyro.factor`` of the weighted log-likelihood)."""
-    if sample_weight is None:
-        with numpyro.plate("scores_plate", n):
-            numpyro.sample("scores", d, obs=scores)
-    else:
-        numpyro.factor("scores_loglik", jnp.sum(jnp.asarray(sample_weight) * d.log_prob(scores)))
 
 
 @pytree_dataclass
@@ -66,10 +45,6 @@ class GaussianParams:
     mu1: jax.Array
     sd1: jax.Array
     pi1: jax.Array
-
-
-def _logit_prior(pi1):
-    return jnp.log(pi1) - jnp.log1p(-pi1)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,13 +68,11 @@ class GaussianScoreModel(ScoreModel):
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd_y^2)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, n = observe_labels(labels, sample_weight)
         with numpyro.plate("class", 2):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
             sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
-        _observe(dist.Normal(mu[labels], sd[labels]), scores, sample_weight, n)
+        observe_scores(dist.Normal(mu[labels], sd[labels]), scores, sample_weight, n)
 
     def monotone_bound(self, mu0, sd0, sd1, lo, hi) -> jax.Array:
         r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]``.
@@ -120,16 +93,13 @@ class GaussianScoreModel(ScoreModel):
 
         The induced prior is the prior of :meth:`model` conditioned on the map being
         non-decreasing on the training range ``[lo, hi]`` (see
-        :func:`~jaxcal.scoremodels._base.bounded_site`).
+        :func:`~jaxcal.scoremodels._sites.bounded_site`).
         """
         mu0 = numpyro.sample("mu0", dist.Normal(0.0, self.loc_scale))
         sd0 = numpyro.sample("sd0", dist.HalfNormal(self.scale_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
-        mu1_prior = dist.Normal(0.0, self.loc_scale)
-        if monotone:
-            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(mu0, sd0, sd1, lo, hi))
-        else:
-            mu1 = numpyro.sample("mu1", mu1_prior)
+        bound = self.monotone_bound(mu0, sd0, sd1, lo, hi)
+        mu1 = prior_site("mu1", dist.Normal(0.0, self.loc_scale), bound, monotone=monotone)
         return GaussianParams(mu0, sd0, mu1, sd1, pi1)
 
     def class_log_density(self, params: GaussianParams, scores, labels) -> jax.Array:
@@ -153,7 +123,7 @@ class GaussianScoreModel(ScoreModel):
         a = 0.5 / p.sd0**2 - 0.5 / p.sd1**2
         b = p.mu1 / p.sd1**2 - p.mu0 / p.sd0**2
         c = (
-            _logit_prior(p.pi1)
+            logit_prior(p.pi1)
             + jnp.log(p.sd0 / p.sd1)
             + 0.5 * p.mu0**2 / p.sd0**2
             - 0.5 * p.mu1**2 / p.sd1**2
@@ -196,13 +166,11 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
 
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd^2)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, n = observe_labels(labels, sample_weight)
         with numpyro.plate("class", 2):
             mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
-        _observe(dist.Normal(mu[labels], sd), scores, sample_weight, n)
+        observe_scores(dist.Normal(mu[labels], sd), scores, sample_weight, n)
 
     def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> EqualVarianceGaussianParams:
         r"""Priors of :meth:`model`; ``monotone``: ``mu1 = mu0 + excess`` (the map is Platt's
@@ -212,8 +180,7 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
         del lo, hi
         mu0 = numpyro.sample("mu0", dist.Normal(0.0, self.loc_scale))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
-        mu1_prior = dist.Normal(0.0, self.loc_scale)
-        mu1 = bounded_site("mu1", mu1_prior, mu0) if monotone else numpyro.sample("mu1", mu1_prior)
+        mu1 = prior_site("mu1", dist.Normal(0.0, self.loc_scale), mu0, monotone=monotone)
         return EqualVarianceGaussianParams(mu0, mu1, sd, pi1)
 
     def class_log_density(self, params: EqualVarianceGaussianParams, scores, labels):
@@ -234,7 +201,7 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
         p = params
         var = p.sd**2
         a = (p.mu1 - p.mu0) / var
-        b = _logit_prior(p.pi1) + (p.mu0**2 - p.mu1**2) / (2 * var)
+        b = logit_prior(p.pi1) + (p.mu0**2 - p.mu1**2) / (2 * var)
         return jnp.stack([a, b], axis=-1)
 
     def log_odds(self, params: EqualVarianceGaussianParams, scores: ArrayLike) -> jax.Array:

@@ -24,9 +24,9 @@ from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
+from jaxcal.scoremodels._sites import observe_labels, observe_log_density, prior_site
 from jaxcal.scoremodels.gamma import gamma_mle
-from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
 
 __all__ = ["KanoulasParams", "KanoulasScoreModel"]
 
@@ -44,6 +44,16 @@ class KanoulasParams:
     pi1: jax.Array
     n_iter: jax.Array
     converged: jax.Array
+
+
+def _log_density(alpha0, beta0, mu1, sd1, scores, labels) -> jax.Array:
+    """``[n]`` :math:`\\log f_{y_i}(s_i)`: Gamma negatives, Gaussian positives."""
+    s_neg = jnp.where(labels == 0, scores, 1.0)  # keeps the unused branch finite
+    return jnp.where(
+        labels == 1,
+        dist.Normal(mu1, sd1).log_prob(scores),
+        dist.Gamma(alpha0, beta0).log_prob(s_neg),
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,23 +77,14 @@ class KanoulasScoreModel(ScoreModel):
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Gamma(alpha0, beta0)``,
         ``s | 1 ~ N(mu1, sd1^2)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, _ = observe_labels(labels, sample_weight)
         alpha0 = numpyro.sample("alpha0", dist.LogNormal(0.0, self.shape_scale))
         beta0 = numpyro.sample("beta0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
         if scores is not None:
-            s = jnp.asarray(scores)
-            s_pos = jnp.where(labels == 0, s, 1.0)
-            logp = jnp.where(
-                labels == 1,
-                dist.Normal(mu1, sd1).log_prob(s),
-                dist.Gamma(alpha0, beta0).log_prob(s_pos),
-            )
-            w = 1.0 if sample_weight is None else jnp.asarray(sample_weight)
-            numpyro.factor("scores_loglik", jnp.sum(w * logp))
+            logp = _log_density(alpha0, beta0, mu1, sd1, jnp.asarray(scores), labels)
+            observe_log_density(logp, sample_weight)
 
     def monotone_bound(self, alpha0, beta0, sd1, lo, hi) -> jax.Array:
         r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]`` (``lo > 0``).
@@ -105,23 +106,15 @@ class KanoulasScoreModel(ScoreModel):
         alpha0 = numpyro.sample("alpha0", dist.LogNormal(0.0, self.shape_scale))
         beta0 = numpyro.sample("beta0", dist.LogNormal(0.0, self.rate_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
-        mu1_prior = dist.Normal(0.0, self.loc_scale)
-        if monotone:
-            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(alpha0, beta0, sd1, lo, hi))
-        else:
-            mu1 = numpyro.sample("mu1", mu1_prior)
+        bound = self.monotone_bound(alpha0, beta0, sd1, lo, hi)
+        mu1 = prior_site("mu1", dist.Normal(0.0, self.loc_scale), bound, monotone=monotone)
         zero = jnp.zeros(jnp.shape(pi1), jnp.int32)
         return KanoulasParams(alpha0, beta0, mu1, sd1, pi1, zero, zero == 0)
 
     def class_log_density(self, params: KanoulasParams, scores, labels) -> jax.Array:
         r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
         p = params
-        s_neg = jnp.where(labels == 0, scores, 1.0)  # keeps the unused branch finite
-        return jnp.where(
-            labels == 1,
-            dist.Normal(p.mu1, p.sd1).log_prob(scores),
-            dist.Gamma(p.alpha0, p.beta0).log_prob(s_neg),
-        )
+        return _log_density(p.alpha0, p.beta0, p.mu1, p.sd1, scores, labels)
 
     def fit_weighted(self, scores, w1, w0) -> KanoulasParams:
         """Weighted MLE: Newton on the Gamma shape, closed form for the Gaussian."""
@@ -137,7 +130,7 @@ class KanoulasScoreModel(ScoreModel):
         b = p.mu1 / var + p.beta0
         c = 1.0 - p.alpha0
         d = (
-            _logit_prior(p.pi1)
+            logit_prior(p.pi1)
             - 0.5 * p.mu1**2 / var
             - jnp.log(p.sd1)
             - _HALF_LOG_2PI

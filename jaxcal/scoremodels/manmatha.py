@@ -23,8 +23,8 @@ import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, bounded_site, class_prior, weighted_moments
-from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
+from jaxcal.scoremodels._sites import observe_labels, observe_log_density, prior_site
 
 __all__ = ["ManmathaParams", "ManmathaScoreModel"]
 
@@ -39,6 +39,15 @@ class ManmathaParams:
     mu1: jax.Array
     sd1: jax.Array
     pi1: jax.Array
+
+
+def _log_density(rate0, mu1, sd1, scores, labels) -> jax.Array:
+    """``[n]`` :math:`\\log f_{y_i}(s_i)`: exponential negatives, Gaussian positives."""
+    return jnp.where(
+        labels == 1,
+        dist.Normal(mu1, sd1).log_prob(scores),
+        dist.Exponential(rate0).log_prob(jnp.maximum(scores, 0.0)),
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,21 +69,13 @@ class ManmathaScoreModel(ScoreModel):
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Exp(rate0)``,
         ``s | 1 ~ N(mu1, sd1^2)``."""
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, _ = observe_labels(labels, sample_weight)
         rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
-        s = jnp.zeros(n) if scores is None else jnp.asarray(scores)
-        logp = jnp.where(
-            labels == 1,
-            dist.Normal(mu1, sd1).log_prob(s),
-            dist.Exponential(rate0).log_prob(jnp.maximum(s, 0.0)),
-        )
-        w = 1.0 if sample_weight is None else jnp.asarray(sample_weight)
         if scores is not None:
-            numpyro.factor("scores_loglik", jnp.sum(w * logp))
+            logp = _log_density(rate0, mu1, sd1, jnp.asarray(scores), labels)
+            observe_log_density(logp, sample_weight)
 
     def monotone_bound(self, rate0, sd1, lo, hi) -> jax.Array:
         r"""Smallest ``mu1`` for which the map is non-decreasing on ``[lo, hi]``.
@@ -95,21 +96,14 @@ class ManmathaScoreModel(ScoreModel):
         for Manmatha's original model."""
         rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))
-        mu1_prior = dist.Normal(0.0, self.loc_scale)
-        if monotone:
-            mu1 = bounded_site("mu1", mu1_prior, self.monotone_bound(rate0, sd1, lo, hi))
-        else:
-            mu1 = numpyro.sample("mu1", mu1_prior)
+        bound = self.monotone_bound(rate0, sd1, lo, hi)
+        mu1 = prior_site("mu1", dist.Normal(0.0, self.loc_scale), bound, monotone=monotone)
         return ManmathaParams(rate0, mu1, sd1, pi1)
 
     def class_log_density(self, params: ManmathaParams, scores, labels) -> jax.Array:
         r"""``[n]`` :math:`\log f_{y_i}(s_i)`."""
         p = params
-        return jnp.where(
-            labels == 1,
-            dist.Normal(p.mu1, p.sd1).log_prob(scores),
-            dist.Exponential(p.rate0).log_prob(jnp.maximum(scores, 0.0)),
-        )
+        return _log_density(p.rate0, p.mu1, p.sd1, scores, labels)
 
     def fit_weighted(self, scores, w1, w0) -> ManmathaParams:
         """Closed-form weighted MLE."""
@@ -124,7 +118,7 @@ class ManmathaScoreModel(ScoreModel):
         a = -0.5 / var
         b = p.mu1 / var + p.rate0
         c = (
-            _logit_prior(p.pi1)
+            logit_prior(p.pi1)
             - 0.5 * p.mu1**2 / var
             - jnp.log(p.sd1)
             - _HALF_LOG_2PI

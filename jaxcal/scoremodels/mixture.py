@@ -25,8 +25,8 @@ from jax.typing import ArrayLike
 from numpyro.distributions import constraints
 
 from jaxcal._pytree import pytree_dataclass
-from jaxcal.scoremodels._base import ScoreModel, class_prior, weighted_moments
-from jaxcal.scoremodels.gaussian import _label_prior, _logit_prior
+from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
+from jaxcal.scoremodels._sites import observe_labels, observe_scores
 
 __all__ = ["GaussianMixtureParams", "GaussianMixtureScoreModel", "weighted_gmm_em"]
 
@@ -134,9 +134,7 @@ class GaussianMixtureScoreModel(ScoreModel):
     def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
         """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ mixture_y``."""
         K = self.n_components
-        labels = jnp.asarray(labels).astype(jnp.int32)
-        n = labels.shape[0]
-        _label_prior(labels, n, sample_weight)
+        labels, n = observe_labels(labels, sample_weight)
         with numpyro.plate("class", 2):
             rho = numpyro.sample("rho", dist.Dirichlet(jnp.ones(K)))
         mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale).expand([2, K]).to_event(2))
@@ -144,15 +142,8 @@ class GaussianMixtureScoreModel(ScoreModel):
         d = dist.MixtureSameFamily(
             dist.Categorical(probs=rho[labels]), dist.Normal(mu[labels], sd[labels])
         )
-        if scores is None:
-            return
-        if sample_weight is None:
-            with numpyro.plate("data_scores", n):
-                numpyro.sample("scores", d, obs=scores)
-        else:
-            numpyro.factor(
-                "scores_loglik", jnp.sum(jnp.asarray(sample_weight) * d.log_prob(scores))
-            )
+        if scores is not None:
+            observe_scores(d, scores, sample_weight, n, plate="data_scores")
 
     def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> GaussianMixtureParams:
         r"""Priors of :meth:`model` with the component means *ordered* within each class.
@@ -207,7 +198,7 @@ class GaussianMixtureScoreModel(ScoreModel):
         p = params
         l1 = logsumexp(_component_logpdf(flat, p.rho1, p.mu1, p.sd1), axis=1)
         l0 = logsumexp(_component_logpdf(flat, p.rho0, p.mu0, p.sd0), axis=1)
-        return jnp.reshape(_logit_prior(p.pi1) + l1 - l0, s.shape)
+        return jnp.reshape(logit_prior(p.pi1) + l1 - l0, s.shape)
 
     def is_monotone(
         self, params: GaussianMixtureParams, lo: ArrayLike, hi: ArrayLike, *, n_grid: int = 4097

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -68,6 +68,21 @@ class LogChunks(Iterator[Sessions]):
     def __init__(self, chunks: Iterator[Sessions], report: ReadReport):
         self._chunks = chunks
         self.report = report
+
+    @classmethod
+    def _of_file(cls, read_chunks: Callable, path, chunk_sessions: int) -> LogChunks:
+        """The chunks ``read_chunks(path, chunk_sessions, report)`` of a text log (a reader's
+        generator), after checking ``chunk_sessions`` and the file."""
+        chunk_sessions = _check_chunk(chunk_sessions)
+        path = _check_file(path)
+        report = ReadReport(path)
+        return cls(read_chunks(path, chunk_sessions, report), report)
+
+    def _concatenate(self, return_report: bool):
+        """The remaining chunks as one :class:`Sessions` (and the report if
+        ``return_report``)."""
+        log = Sessions.concatenate(list(self))
+        return (log, self.report) if return_report else log
 
     def __iter__(self) -> LogChunks:
         return self

@@ -216,11 +216,12 @@ def read_parquet(path) -> Sessions:
 
     Requires ``pyarrow`` (the ``dev`` extra; not a runtime dependency of jaxcal).
 
-    Example:
-        >>> import pyarrow as pa, pyarrow.parquet as pq  # doctest: +SKIP
+    Example (needs ``pyarrow``):
+        >>> import pyarrow as pa, pyarrow.parquet as pq
+        >>> from jaxcal.clicks import read_parquet
         >>> pq.write_table(pa.table({"query": [3], "doc": [[7, 8]], "clicks": [[0, 1]]}),
-        ...                "log.parquet")  # doctest: +SKIP
-        >>> read_parquet("log.parquet").clicks  # doctest: +SKIP
+        ...                "log.parquet")
+        >>> read_parquet("log.parquet").clicks
         array([[0, 1]], dtype=int8)
 
     Raises:

@@ -10,8 +10,6 @@ from jaxcal.clicks.io._common import (
     _SCAN_JSON,
     LogChunks,
     ReadReport,
-    _check_chunk,
-    _check_file,
     _decode,
     _error,
     _numbered,
@@ -119,10 +117,7 @@ def iter_tiangong(path, *, chunk_sessions: int = 100_000) -> LogChunks:
         ValueError: on a missing file, an invalid argument, a malformed line (with its
             line number), or a file without any SERP.
     """
-    chunk_sessions = _check_chunk(chunk_sessions)
-    path = _check_file(path)
-    report = ReadReport(path)
-    return LogChunks(_tiangong_chunks(path, chunk_sessions, report), report)
+    return LogChunks._of_file(_tiangong_chunks, path, chunk_sessions)
 
 
 def read_tiangong(path, *, return_report: bool = False) -> Sessions | tuple[Sessions, ReadReport]:
@@ -143,7 +138,4 @@ def read_tiangong(path, *, return_report: bool = False) -> Sessions | tuple[Sess
         >>> log.n_sessions
         2872
     """
-    path = _check_file(path)
-    report = ReadReport(path)
-    log = Sessions.concatenate(list(_tiangong_chunks(path, 1 << 62, report)))
-    return (log, report) if return_report else log
+    return LogChunks._of_file(_tiangong_chunks, path, 1 << 62)._concatenate(return_report)

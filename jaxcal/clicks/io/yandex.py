@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Literal
@@ -12,8 +13,6 @@ from jaxcal.clicks.io._common import (
     LogChunks,
     ReadReport,
     UnshownClickWarning,
-    _check_chunk,
-    _check_file,
     _check_policy,
     _decode,
     _error,
@@ -40,7 +39,7 @@ def _yandex_values(parts: list[bytes], kind: bytes, path: str, lineno: int) -> l
 
 
 def _yandex_chunks(
-    path: str, chunk_sessions: int, policy: str, report: ReadReport
+    path: str, chunk_sessions: int, report: ReadReport, *, policy: str
 ) -> Iterator[Sessions]:
     rows: list[tuple[int, list[int], list[int]]] = []
     serps: list[tuple[int, list[int], list[int]]] = []  # SERPs of the current session
@@ -202,11 +201,9 @@ def iter_yandex(
         ValueError: on a missing file, an invalid argument, a malformed line (with its
             line number), or a file without any SERP.
     """
-    chunk_sessions = _check_chunk(chunk_sessions)
     policy = _check_policy(on_unshown_click)
-    path = _check_file(path)
-    report = ReadReport(path)
-    return LogChunks(_yandex_chunks(path, chunk_sessions, policy, report), report)
+    read_chunks = functools.partial(_yandex_chunks, policy=policy)
+    return LogChunks._of_file(read_chunks, path, chunk_sessions)
 
 
 def read_yandex(
@@ -227,16 +224,17 @@ def read_yandex(
     Returns:
         The log, or ``(log, report)`` with ``return_report=True``.
 
-    Example:
+    Example (a log of one session: a result page of query 3 with URLs 11, 12, 13, a click
+    on URL 12, and a click on URL 99, which no result page of the session has shown):
         >>> from jaxcal.clicks import read_yandex
-        >>> log = read_yandex("YandexRelPredChallenge.txt")  # doctest: +SKIP
-        >>> log, report = read_yandex("log.txt", return_report=True)  # doctest: +SKIP
-        >>> report.unshown_clicks  # doctest: +SKIP
-        0
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("7\\t0\\tQ\\t3\\t0\\t11\\t12\\t13\\n7\\t5\\tC\\t12\\n7\\t9\\tC\\t99\\n")
+        >>> log, report = read_yandex("log.txt", on_unshown_click="count", return_report=True)
+        >>> log.doc, log.clicks
+        (array([[11, 12, 13]], dtype=int32), array([[0, 1, 0]], dtype=int8))
+        >>> report.serps, report.clicks, report.unshown_clicks
+        (1, 1, 1)
     """
     policy = _check_policy(on_unshown_click)
-    path = _check_file(path)
-    report = ReadReport(path)
-    chunks = _yandex_chunks(path, 1 << 62, policy, report)
-    log = Sessions.concatenate(list(chunks))
-    return (log, report) if return_report else log
+    read_chunks = functools.partial(_yandex_chunks, policy=policy)
+    return LogChunks._of_file(read_chunks, path, 1 << 62)._concatenate(return_report)
