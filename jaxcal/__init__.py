@@ -44,6 +44,7 @@ _SUBPACKAGES = (
     "clicks",
     "data",
     "debias",
+    "decide",
     "metrics",
     "plot",
     "recsys",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 
@@ -25,3 +26,23 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable, Calla
         return names
 
     return __getattr__, __dir__, names
+
+
+class lazy_method:
+    """A method whose function lives in a module imported on first use.
+
+    ``fit_bayes = lazy_method("jaxcal.bayes.inference", "fit_bayes")`` in a class body binds
+    that function like ``functools.partialmethod(fit_bayes)`` would, but imports its module
+    (and NumPyro, about a second) only when the method is first looked up, so that the
+    point-estimate calibrators start without it.
+    """
+
+    def __init__(self, module: str, name: str):
+        self._module, self._name = module, name
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.__doc__ = f"``{self._module}.{self._name}`` with this object as its first argument."
+
+    def __get__(self, obj: object, owner: type | None = None) -> Callable:
+        fun = getattr(importlib.import_module(self._module), self._name)
+        return fun if obj is None else functools.partial(fun, obj)

@@ -30,6 +30,39 @@ def pytest_configure(config):
         os.environ["JAXCAL_TEST_XLA_CACHE"] = config._jaxcal_xla_cache
 
 
+# The test files that take the longest (a minute or more of one worker), longest first.
+# pytest-xdist's `--dist loadfile` hands whole files to the workers in collection order, so
+# starting these first keeps one of them from running alone at the end
+# (longest-processing-time-first scheduling).
+LONG_FILES = (
+    "tests/test_docs_examples.py",
+    "tests/bayes/test_scoremodel_bayes.py",
+    "tests/calibrators/test_pav_native.py",
+    "tests/bayes/test_shapes_bayes.py",
+    "tests/test_docstring_examples.py",
+    "tests/bayes/test_bayes_inference.py",
+    "tests/reproduce/test_kweon2022.py",
+    "tests/calibrators/test_shapes_nonparametric.py",
+    "tests/test_compilation_cache.py",
+    "tests/recsys/test_sweep.py",
+    "tests/clicks/test_recovery.py",
+    "tests/clicks/test_fitting.py",
+    "tests/calibrators/test_parametric.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    root = Path(__file__).resolve().parents[1]
+
+    def key(item):
+        path = Path(str(item.path)).resolve()
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        return rank.get(name, len(LONG_FILES))
+
+    items.sort(key=key)  # stable: the order within a file and of the other files is kept
+
+
 def pytest_unconfigure(config):
     folder = getattr(config, "_jaxcal_xla_cache", None)
     if folder:

@@ -8,10 +8,8 @@
   exactly, up to white space; every number to one unit in its last written digit). A
   warning of jaxcal's own (``ConvergenceWarning``, ...) fails the page: an example must not
   show one that the page does not explain.
-* Every docstring example of ``jaxcal`` runs under doctest (``pytest --doctest-modules``
-  with the options in pyproject.toml), in a fresh interpreter with JAX's defaults (float32),
-  which is what a user sees (the rest of the suite runs in float64, tests/conftest.py).
-  Examples that write files write them into the current folder.
+* Every docstring example of ``jaxcal`` runs (tests/test_docstring_examples.py, a file of
+  its own so that the two go to different xdist workers).
 
 Each interpreter compiles its own programs (jaxcal's compilation cache is off, as in the
 rest of the suite), so a page's result does not depend on the pages that ran before it.
@@ -44,7 +42,7 @@ DATA_DOCTESTS = [
 ]
 
 
-def _data_dir() -> Path:
+def data_dir() -> Path:
     """The shared real data, found as tests/conftest.py finds it."""
     return Path(os.environ.get("JAXCAL_DATA_DIR") or ROOT.parent / "shared" / "data").resolve()
 
@@ -146,11 +144,11 @@ def example_env():
     """Environment of the example interpreters: JAX's defaults, the shared real data, a
     non-interactive plot backend, no compilation cache on disk."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAXCAL_DATA_DIR=str(_data_dir()), JAXCAL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
+    env.update(JAXCAL_DATA_DIR=str(data_dir()), JAXCAL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
     return env
 
 
-def _run(args, cwd, env):
+def run_python(args, cwd, env):
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
@@ -179,22 +177,11 @@ def test_blocks_and_shown_outputs_are_found():
     "page", [p for p in PAGES if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_page_examples_run(page, tmp_path, example_env):
-    if not _data_dir().is_dir() and _READS_DATA.search(page.read_text(encoding="utf-8")):
-        pytest.skip(f"reads the shared data, not found at {_data_dir()} (set JAXCAL_DATA_DIR)")
-    proc = _run(["-c", _RUNNER, str(page), str(Path(__file__).parent)], tmp_path, example_env)
+    if not data_dir().is_dir() and _READS_DATA.search(page.read_text(encoding="utf-8")):
+        pytest.skip(f"reads the shared data, not found at {data_dir()} (set JAXCAL_DATA_DIR)")
+    proc = run_python(["-c", _RUNNER, str(page), str(Path(__file__).parent)], tmp_path, example_env)
     assert proc.returncode == 0, (
         f"{page.name}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     )
     for name in WRITES.get(str(page.relative_to(ROOT)), []):
         assert (tmp_path / name).stat().st_size > 0, name
-
-
-def test_docstring_examples_run(tmp_path, example_env):
-    args = ["-m", "pytest", "--doctest-modules", str(ROOT / "jaxcal"), "-q", "-n", "0",
-            "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-            "-o", "addopts=-ra"]  # fmt: skip
-    if not _data_dir().is_dir():  # these two read the shared data
-        args += [f"--deselect={name}" for name in DATA_DOCTESTS]  # node ids from the root
-    proc = _run(args, tmp_path, example_env)
-    assert proc.returncode == 0, proc.stdout[-12000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout, proc.stdout[-3000:]

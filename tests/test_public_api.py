@@ -17,6 +17,7 @@ SUBPACKAGES = [
     "metrics",
     "data",
     "debias",
+    "decide",
     "plot",
     "scoremodels",
     "recsys",

@@ -60,8 +60,17 @@ def _summaries(family, theta, ctx, scores, qs, *, what):
 
 @functools.partial(jit, static_argnames=("family",))
 def _prob_draws(family, theta, ctx, scores):
-    """``[D, m]`` probabilities of every draw."""
-    return jax.nn.sigmoid(family.features(scores, ctx) @ _flat(theta).T).T
+    """``[m, D]`` probabilities of every draw (the scores' axis first, as
+    :func:`map_scores_padded` pads it)."""
+    return jax.nn.sigmoid(family.features(scores, ctx) @ _flat(theta).T)
+
+
+def draws_last_to_first(out: jax.Array) -> jax.Array:
+    """``[..., m, D] -> [..., D, m]`` (on the host for a concrete array: an eager transpose
+    would compile a program per shape)."""
+    if _shapes.is_traced(out):
+        return jnp.swapaxes(out, -1, -2)
+    return jax.device_put(np.swapaxes(np.asarray(out), -1, -2))
 
 
 @functools.partial(jit, static_argnames=("family",))
@@ -114,8 +123,55 @@ def split_bounds(out: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.device_put(host[..., 0]), jax.device_put(host[..., 1])
 
 
+class PosteriorSummaries:
+    """``interval`` and ``ece_posterior`` of a posterior class that gives per-score quantiles
+    of its draws' probabilities (``_quantiles(scores, qs)``) and the ECE of every draw
+    (``_ece_of_draws(scores, labels, sample_weight, edges)``), in the dtype ``_draw_dtype``."""
+
+    def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
+        """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
+
+        Args:
+            scores: as in :meth:`predict`.
+            level: credible level in (0, 1).
+
+        Returns:
+            ``(lower, upper)``, each shaped like ``scores``.
+
+        Raises:
+            ValueError: ``level`` outside (0, 1), or invalid scores.
+        """
+        return split_bounds(self._quantiles(scores, credible_quantiles(level, self._draw_dtype)))
+
+    def ece_posterior(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        n_bins: int = 15,
+        sample_weight: ArrayLike | None = None,
+    ) -> jax.Array:
+        """Posterior draws of the ECE of the calibrated test scores (equal-width bins).
+
+        The ECE of each draw's map on the test set (``jaxcal.metrics.ece``'s definition):
+        a distribution that says how well calibrated the map is, given the training data.
+
+        Args:
+            scores: ``[m]`` test scores.
+            labels: ``[m]`` 0/1 test labels.
+            n_bins: number of equal-width bins.
+            sample_weight: optional ``[m]`` non-negative weights.
+
+        Returns:
+            ``[chains * samples]`` ECE draws (one problem; batched posteriors take
+            ``batch_shape + (m,)`` test arrays).
+        """
+        edges = jnp.asarray(bin_edges(n_bins=n_bins), self._draw_dtype)
+        return self._ece_of_draws(scores, labels, sample_weight, edges)
+
+
 @pytree_dataclass
-class Posterior:
+class Posterior(PosteriorSummaries):
     """Posterior draws of a linear-logit calibration map (see the module docstring).
 
     Attributes:
@@ -192,54 +248,22 @@ class Posterior:
         fn = functools.partial(_summaries, self.family, what="mean")
         return self._map(lambda th, ctx, s: fn(th, ctx, s, None), scores, pad=True)
 
-    def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
-        """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
+    @property
+    def _draw_dtype(self):
+        return self.theta.dtype
 
-        Args:
-            scores: as in :meth:`predict`.
-            level: credible level in (0, 1).
-
-        Returns:
-            ``(lower, upper)``, each shaped like ``scores``.
-
-        Raises:
-            ValueError: ``level`` outside (0, 1).
-        """
-        qs = credible_quantiles(level, self.theta.dtype)
+    def _quantiles(self, scores: ArrayLike, qs) -> jax.Array:
         scores = maybe_check_scores(scores)
         fn = functools.partial(_summaries, self.family, what="quantile")
-        out = self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores, pad=True)
-        return split_bounds(out)
+        return self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores, pad=True)
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
         """Probabilities of every draw: ``[..., chains * samples, m]`` for 1-D ``scores``."""
         scores = maybe_check_scores(scores)
-        return self._map(functools.partial(_prob_draws, self.family), scores)
+        out = self._map(functools.partial(_prob_draws, self.family), scores, pad=True)
+        return draws_last_to_first(out)
 
-    def ece_posterior(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        n_bins: int = 15,
-        sample_weight: ArrayLike | None = None,
-    ) -> jax.Array:
-        """Posterior draws of the ECE of the calibrated test scores (equal-width bins).
-
-        The ECE of each draw's map on the test set (``jaxcal.metrics.ece``'s definition):
-        a distribution that says how well calibrated the map is, given the training data.
-
-        Args:
-            scores: ``[m]`` test scores.
-            labels: ``[m]`` 0/1 test labels.
-            n_bins: number of equal-width bins.
-            sample_weight: optional ``[m]`` non-negative weights.
-
-        Returns:
-            ``[chains * samples]`` ECE draws (one problem; batched posteriors take
-            ``batch_shape + (m,)`` test arrays).
-        """
-        edges = jnp.asarray(bin_edges(n_bins=n_bins), self.theta.dtype)
+    def _ece_of_draws(self, scores, labels, sample_weight, edges) -> jax.Array:
         if self.batch_shape:
             s = np.asarray(scores, np.float64)
             y = np.asarray(labels, np.float64)

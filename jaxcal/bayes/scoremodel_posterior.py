@@ -26,8 +26,8 @@ from jaxcal._validation import (
     check_sample_weight,
     check_scores,
 )
-from jaxcal.bayes.posterior import credible_quantiles, map_scores_padded, split_bounds
-from jaxcal.metrics.calibration import bin_edges, binned_stats, ece_from_stats
+from jaxcal.bayes.posterior import PosteriorSummaries, draws_last_to_first, map_scores_padded
+from jaxcal.metrics.calibration import binned_stats, ece_from_stats
 
 __all__ = ["ScoreModelPosterior"]
 
@@ -56,7 +56,10 @@ def _summaries(static, hyper, draws, scores, qs, *, what):
 @functools.partial(jit, static_argnames=("score_model",))
 def _prob_draws(score_model, draws, scores):
     params = score_model.params_from_draws(_flat(draws))
-    return jax.vmap(lambda th: jax.nn.sigmoid(score_model.log_odds(th, scores)))(params)
+    # [m, D]: the scores' axis first, as map_scores_padded pads it
+    return jax.vmap(lambda th: jax.nn.sigmoid(score_model.log_odds(th, scores)), out_axes=-1)(
+        params
+    )
 
 
 @functools.partial(jit, static_argnames=("score_model",))
@@ -88,7 +91,7 @@ def _rhat_ess(x: np.ndarray) -> tuple[float, float]:
 
 
 @pytree_dataclass
-class ScoreModelPosterior:
+class ScoreModelPosterior(PosteriorSummaries):
     """Posterior draws of a score model's parameters (see the module docstring).
 
     Attributes:
@@ -156,51 +159,25 @@ class ScoreModelPosterior:
         call = lambda x: _summaries(static, hyper, self.draws, x, qs, what=what)  # noqa: E731
         return call(s) if _shapes.is_traced(s, self.draws) else map_scores_padded(call, s)
 
-    def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
-        """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
+    @property
+    def _draw_dtype(self):
+        return self.draws["pi1"].dtype
 
-        Args:
-            scores: as in :meth:`predict`.
-            level: credible level in (0, 1).
-
-        Returns:
-            ``(lower, upper)``, each shaped like ``scores``.
-
-        Raises:
-            ValueError: ``level`` outside (0, 1), or invalid scores.
-        """
-        qs = credible_quantiles(level, self.draws["pi1"].dtype)
-        return split_bounds(self._summaries(scores, qs, "quantile"))
+    def _quantiles(self, scores: ArrayLike, qs) -> jax.Array:
+        return self._summaries(scores, qs, "quantile")
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
         """Probabilities of every draw: ``[chains * samples, m]`` for ``[m]`` scores."""
         s = self._scores(check_scores(scores))
-        return _prob_draws(self.score_model, self.draws, s)
+        call = functools.partial(_prob_draws, self.score_model, self.draws)
+        out = call(s) if _shapes.is_traced(s, self.draws) else map_scores_padded(call, s)
+        return draws_last_to_first(out)
 
-    def ece_posterior(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        n_bins: int = 15,
-        sample_weight: ArrayLike | None = None,
-    ) -> jax.Array:
-        """Posterior draws of the ECE of the calibrated test scores (equal-width bins).
-
-        Args:
-            scores: ``[m]`` test scores.
-            labels: ``[m]`` 0/1 test labels.
-            n_bins: number of equal-width bins.
-            sample_weight: optional ``[m]`` non-negative weights.
-
-        Returns:
-            ``[chains * samples]`` ECE draws (``jaxcal.metrics.ece``'s definition per draw).
-        """
+    def _ece_of_draws(self, scores, labels, sample_weight, edges) -> jax.Array:
         s = check_scores(scores)
         y = check_labels(labels, s.shape[0])
         w = check_sample_weight(sample_weight, s.shape[0])
-        dtype = self.draws["pi1"].dtype
-        edges = jnp.asarray(bin_edges(n_bins=n_bins), dtype)
+        dtype = self._draw_dtype
         args = (self._scores(s), jnp.asarray(y, dtype), jnp.asarray(w, dtype), edges)
         return _ece_draws(self.score_model, self.draws, *args)
 

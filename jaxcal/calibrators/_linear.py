@@ -9,7 +9,6 @@ of :mod:`jaxcal.bayes`). The families themselves (what a map is) live in
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import ClassVar
 
@@ -20,13 +19,13 @@ from jax.typing import ArrayLike
 
 from jaxcal._fitdata import FitData, maybe_check_scores, prepare_fit_batch
 from jaxcal._jit import jit
+from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
-from jaxcal.bayes.inference import fit_bayes, fit_bayes_batch
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.families.linear import LinearLogitFamily, ScoreRange
-from jaxcal.fitting.linear import default_tol, fit_linear, fit_linear_batch
+from jaxcal.fitting.linear import default_tol, fit_linear
 from jaxcal.fitting.solver import SolverStatus, warn_if_not_converged
 
 __all__ = ["LinearLogitCalibrator", "LinearCalibratorEstimator", "coefficient"]
@@ -262,8 +261,8 @@ class LinearCalibratorEstimator(Calibrator):
             what=what,
         )
 
-    def _run(self, fn, s, t, w):
-        """``fn`` on ``(s, t, w)`` (``[n]`` or ``[B, n]``) padded to their size bucket
+    def _run(self, s, t, w):
+        """``fit_linear`` on ``(s, t, w)`` (``[n]`` or ``[B, n]``) padded to their size bucket
         (``jaxcal._shapes``): zero-weight entries, and copies of the first problem as extra
         problems, sliced off the result."""
         dtype = np.dtype(jnp.result_type(float))  # float64 iff x64 is enabled
@@ -271,7 +270,7 @@ class LinearCalibratorEstimator(Calibrator):
         shape = s.shape
         s, t, w = _pad_problems(padded_shape(shape), s, t, w)
         # device_put: one copy at most (none for aligned NumPy buffers), unlike jnp.asarray
-        out = fn(
+        out = fit_linear(
             self.family,
             *(jax.device_put(a) for a in (s, t, w)),
             np.asarray(self.l2, dtype),
@@ -289,7 +288,7 @@ class LinearCalibratorEstimator(Calibrator):
         self.family.check_scores(data.scores, data.weights)
         self._check_targets(data.targets, data.weights)
         scaling, s = self._scaled(data.scores, data.weights, type(self).__name__)
-        theta, ctx, status = self._run(fit_linear, s, data.targets, data.weights)
+        theta, ctx, status = self._run(s, data.targets, data.weights)
         warn_if_not_converged(status, type(self).__name__)
         return self._make(theta, ctx, status, scaling)
 
@@ -329,17 +328,17 @@ class LinearCalibratorEstimator(Calibrator):
         self.family.check_scores_batch(s, w)
         self._check_targets(t, w)
         scaling, s = self._scaled(s, w, type(self).__name__ + ".fit_batch")
-        theta, ctx, status = self._run(fit_linear_batch, s, t, w)
+        theta, ctx, status = self._run(s, t, w)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")
         return self._make(theta, ctx, status, scaling)
 
     #: ``jaxcal.bayes.fit_bayes`` with this estimator as the calibrator: a posterior over
     #: its map (NUTS or SVI) whose every draw is monotone on the training range; only the
     #: family is used (``l2`` is replaced by the prior).
-    fit_bayes = functools.partialmethod(fit_bayes)
+    fit_bayes = lazy_method("jaxcal.bayes.inference", "fit_bayes")
     #: ``jaxcal.bayes.fit_bayes_batch`` with this estimator: ``B`` posteriors in one
     #: compiled call (inputs as in :meth:`fit_batch`).
-    fit_bayes_batch = functools.partialmethod(fit_bayes_batch)
+    fit_bayes_batch = lazy_method("jaxcal.bayes.inference", "fit_bayes_batch")
 
 
 def coefficient(index: int, doc: str) -> property:

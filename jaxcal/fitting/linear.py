@@ -22,7 +22,7 @@ from jaxcal.fitting.solver import (
     solve_batch,
 )
 
-__all__ = ["fit_linear", "fit_linear_batch", "default_tol"]
+__all__ = ["fit_linear", "default_tol"]
 
 
 def _prepared(family: LinearLogitFamily, scores, weights):
@@ -95,42 +95,26 @@ def fit_linear(
     *,
     method="discriminative",
     stride: int | None = None,
+    lockstep: bool | None = None,
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
-    """Pure fit of one problem: ``(theta, ctx, status)`` (see ``_solver.solve``).
+    """Pure fit of one problem (``[n]`` arrays) or of ``B`` problems (``[B, n]`` arrays, zero
+    weight = masked): ``(theta, ctx, status)`` (see ``_solver.solve``).
 
     One compiled function per family: the family's features are computed inside every
     data pass of the solver (the ``[n, p]`` design is never stored). Problems of
     ``n >= 4096`` rows are warm-started from a strided sketch (``stride``, default
     ``_solver.sketch_stride(n)``; 1 disables it); the result is the exact optimum either
-    way (KKT-checked). Traceable as a whole (usable inside a user's ``jit``).
+    way (KKT-checked). ``lockstep`` (batches) as in ``_solver.solve_batch``: by default
+    problem by problem on CPU, lock-step elsewhere. Traceable as a whole (usable inside a
+    user's ``jit``).
     """
+    batch = jnp.ndim(scores) == 2
     if method == "generative":
-        return _generative_jit(family, scores, targets, weights, l2)
+        fit = _generative_batch_jit if batch else _generative_jit
+        return fit(family, scores, targets, weights, l2)
     stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
-    return _solve_jit(family, scores, targets, weights, l2, max_iter, tol, stride=stride)
-
-
-def fit_linear_batch(
-    family: LinearLogitFamily,
-    scores,
-    targets,
-    weights,
-    l2,
-    max_iter,
-    tol,
-    *,
-    method="discriminative",
-    stride: int | None = None,
-    lockstep: bool | None = None,
-) -> tuple[jax.Array, ScoreRange, SolverStatus]:
-    """Fit of ``B`` problems given as ``[B, n]`` arrays (zero weight = masked).
-
-    ``stride`` as in :func:`fit_linear` (per problem, from ``n``); ``lockstep`` as in
-    ``_solver.solve_batch`` (default: problem by problem on CPU, lock-step elsewhere).
-    """
-    if method == "generative":
-        return _generative_batch_jit(family, scores, targets, weights, l2)
-    stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
+    if not batch:
+        return _solve_jit(family, scores, targets, weights, l2, max_iter, tol, stride=stride)
     if lockstep is None:
         lockstep = jax.default_backend() != "cpu"
     return _solve_batch_jit(

@@ -398,23 +398,10 @@ def solve(
     return _finish(full, c, active)
 
 
-def solve_batch(
-    rows,
-    targets,
-    weights,
-    C,
-    l2,
-    *,
-    intercept: int | None,
-    max_iter,
-    tol,
-    features=None,
-    aux=None,
-    stride: int = 1,
-    lockstep: bool | None = None,
-):
+def solve_batch(rows, targets, weights, C, l2, *, aux=None, lockstep=None, **options):
     """:func:`solve` for ``B`` problems (leading axis ``B`` on ``rows``, ``targets``,
-    ``weights``, ``C`` (``[B, k, p]``) and the leaves of ``aux``).
+    ``weights``, ``C`` (``[B, k, p]``) and the leaves of ``aux``); ``options`` as in
+    :func:`solve` (``intercept``, ``max_iter``, ``tol``, ``features``, ``stride``).
 
     ``lockstep=False`` (default on CPU) solves the problems one after another (``lax.map``
     of :func:`solve`: memory-bound work on a small cache-resident problem beats a lock-step
@@ -422,13 +409,12 @@ def solve_batch(
     walks its own stages of the active-set search in one batched loop, which runs until
     the slowest problem is done.
     """
-    kw = dict(intercept=intercept, max_iter=max_iter, tol=tol, features=features, stride=stride)
     if lockstep is None:
         lockstep = jax.default_backend() != "cpu"
 
     def one(args):
         r, t, w, c, a = args
-        return solve(r, t, w, c, l2, aux=a, **kw)
+        return solve(r, t, w, c, l2, aux=a, **options)
 
     if not lockstep:
         return jax.lax.map(one, (rows, targets, weights, C, aux))

@@ -191,7 +191,7 @@ def score_histograms(
         ax.set_yscale("log")
     ax.set_xlabel("score s")
     ax.set_ylabel("density" if density else "weighted count")
-    ax.legend(frameon=False)
+    ax.legend(loc="upper right", frameon=False)  # "best" searches the bars: slow, warns
     ax.grid(alpha=0.25)
     if title:
         ax.set_title(title)

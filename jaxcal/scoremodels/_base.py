@@ -145,54 +145,7 @@ class ScoreModel:
                 extra[f.name] = jnp.ones(lead, bool)
         return self.params_class(**{n: draws[n] for n in self.draw_names()}, **extra)
 
-    def fit_bayes(
-        self,
-        scores: ArrayLike,
-        labels: ArrayLike,
-        *,
-        sample_weight: ArrayLike | None = None,
-        method: str = "nuts",
-        key: jax.Array,
-        monotone: bool | None = None,
-        num_samples: int = 1000,
-        num_warmup: int = 500,
-        num_chains: int = 4,
-        target_accept_prob: float = 0.8,
-        max_tree_depth: int = 10,
-        dense_mass: bool = False,
-        num_steps: int = 3000,
-        learning_rate: float = 0.05,
-        subsample_size: int | None = None,
-        guide: str = "mvn",
-    ):
-        """Posterior over the class prior and class-conditional parameters (NUTS or SVI).
-
-        Every argument is documented in :func:`jaxcal.bayes.scoremodel.fit_scoremodel_bayes`
-        (the model, the monotone parameterisation and its induced prior, the weighted
-        likelihood, minibatch scaling). ``monotone=None`` means ``True`` wherever the
-        family has a monotone parameterisation (all but Gaussian mixtures).
-
-        Returns:
-            A :class:`~jaxcal.bayes.scoremodel.ScoreModelPosterior` (``predict``,
-            ``interval``, ``draws``, ``diagnostics``, ``ece_posterior``, ``save``).
-
-        Raises:
-            ValueError: invalid data or settings (checked before anything is compiled).
-
-        Example:
-            >>> import jax, jaxcal, numpy as np
-            >>> rng = np.random.default_rng(0)
-            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
-            >>> post = jaxcal.scoremodels.GaussianScoreModel().fit_bayes(
-            ...     s, y, key=jax.random.key(0), num_samples=200, num_warmup=200)
-            >>> lo, hi = post.interval([0.0, 1.0], level=0.9)
-            >>> bool(np.all(lo < hi))
-            True
-        """
-        return fit_scoremodel_bayes(
-            self, scores, labels, sample_weight=sample_weight, method=method, key=key,
-            monotone=monotone, num_samples=num_samples, num_warmup=num_warmup,
-            num_chains=num_chains, target_accept_prob=target_accept_prob,
-            max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
-            learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
-        )  # fmt: skip
+    #: :func:`jaxcal.bayes.scoremodel.fit_scoremodel_bayes` with this score model: a posterior
+    #: over the class prior and class-conditional parameters (NUTS or SVI), returned as a
+    #: :class:`~jaxcal.bayes.scoremodel.ScoreModelPosterior`.
+    fit_bayes = functools.partialmethod(fit_scoremodel_bayes)

@@ -221,8 +221,8 @@ def test_scoremodel_fit_bayes_new_size_in_bucket_does_not_compile(compiles):
 
 
 def test_predictions_new_size_in_bucket_do_not_compile_and_equal_unpadded(compiles):
-    """predict / interval of linear, batched and score-model posteriors: scores padded to
-    their bucket (copies of the last score, sliced off)."""
+    """predict / interval / probability_draws of linear, batched and score-model posteriors:
+    scores padded to their bucket (copies of the last score, sliced off)."""
     kw = dict(num_samples=50, num_warmup=50, num_chains=2)
     cal, sm = jaxcal.PlattScaling(), GaussianScoreModel()
     s, y = _platt_data(300, 9)
@@ -247,9 +247,16 @@ def test_predictions_new_size_in_bucket_do_not_compile_and_equal_unpadded(compil
             np.testing.assert_allclose(mean, post.predict(g), rtol=EXACT)
             for a, b in zip((lo, hi), post.interval(g, level=0.8), strict=True):
                 np.testing.assert_allclose(a, b, rtol=EXACT)
+        # probability draws: [draws, m] per problem for 1-D scores per problem
+        g = grid(600, nb)[..., 0]
+        draws = post.probability_draws(g)
+        assert draws.shape == (2,) * nb + (100, 600)
+        with _shapes.exact_shapes():
+            np.testing.assert_allclose(draws, post.probability_draws(g), rtol=EXACT)
     with compiles() as c:
         for m in (350, 400):  # 700 and 800 scores per problem: the bucket of 600
             for post, nb in posts:
                 post.predict(grid(m, nb))
                 post.interval(grid(m, nb), level=0.7)
+                post.probability_draws(grid(2 * m, nb)[..., 0])
     assert c.count == 0

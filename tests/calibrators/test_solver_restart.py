@@ -20,7 +20,7 @@ import pytest
 from scipy import optimize
 
 from jaxcal.calibrators.gaussian import GaussianCalibration
-from jaxcal.fitting.linear import fit_linear_batch
+from jaxcal.fitting.linear import fit_linear
 
 S = np.array(
     [-2.167, -1.239, -1.088, -1.069, -1.056, -0.918, 0.328, 0.461, 0.735, 1.264, 1.577, 2.584]
@@ -85,7 +85,7 @@ def test_lockstep_batch_converges_next_to_an_ordinary_problem():
     y2 = (rng.uniform(size=S.size) < 1 / (1 + np.exp(-2 * s2))).astype(float)
     y2[:2] = [0.0, 1.0]
     s, y = np.stack([S, s2]), np.stack([Y, y2])
-    theta, _, status = fit_linear_batch(
+    theta, _, status = fit_linear(
         GaussianCalibration().family,
         jnp.asarray(s),
         jnp.asarray(y),

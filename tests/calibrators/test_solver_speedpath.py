@@ -28,7 +28,7 @@ from jaxcal.calibrators.gaussian import GaussianCalibration
 from jaxcal.calibrators.platt import PlattScaling
 from jaxcal.fitting import newton as _newton
 from jaxcal.fitting import solver as _solver
-from jaxcal.fitting.linear import _solve_jit, fit_linear_batch
+from jaxcal.fitting.linear import _solve_jit, fit_linear
 
 N = 5000  # >= 4096 (lowered threshold): the estimators take the sketch path (stride 4)
 OBJ_RTOL = 1e-6  # objective vs scipy (relative)
@@ -268,7 +268,7 @@ def test_batched_sketch_fits_equal_looped_fits_and_scipy(lockstep):
     s, y, w, mask = batch_data()
     fam = GaussianCalibration().family
     vw = np.where(mask, w, 0.0)
-    theta, _, status = fit_linear_batch(
+    theta, _, status = fit_linear(
         fam,
         *(jnp.asarray(a) for a in (s, y, vw)),
         jnp.asarray(0.0),
