@@ -127,11 +127,9 @@ def variants(n: int = 20_000) -> None:
     cals = {
         "IsotonicCalibration(step)": jaxcal.IsotonicCalibration(interpolation="step"),
         "IsotonicCalibration(linear)": jaxcal.IsotonicCalibration(),
-        "IsotonicCalibration(rank_preserving)": jaxcal.IsotonicCalibration(rank_preserving=True),
+        "IsotonicCalibration(centered)": jaxcal.IsotonicCalibration(centered=True),
         "SmoothedIsotonic(100)": jaxcal.SmoothedIsotonic(n_buckets=100),
-        "SmoothedIsotonic(100, rank_preserving)": jaxcal.SmoothedIsotonic(
-            n_buckets=100, rank_preserving=True
-        ),
+        "SmoothedIsotonic(100, centered)": jaxcal.SmoothedIsotonic(n_buckets=100, centered=True),
         "HistogramBinning(15, quantile)": jaxcal.HistogramBinning(n_bins=15),
         "BBQ": jaxcal.BBQ(),
         "ENIR": jaxcal.ENIR(),

@@ -24,6 +24,7 @@ _EXPORTS = {
     "GaussianCalibration": "jaxcal.calibrators",
     "GammaCalibration": "jaxcal.calibrators",
     "ExponentialCalibration": "jaxcal.calibrators",
+    "SplineCalibration": "jaxcal.calibrators",
     # non-parametric and field-aware calibrators
     "IsotonicCalibration": "jaxcal.calibrators",
     "HistogramBinning": "jaxcal.calibrators",
@@ -49,6 +50,7 @@ _SUBPACKAGES = (
     "plot",
     "recsys",
     "scoremodels",
+    "sklearn",  # the scikit-learn adapter (needs the sklearn extra; imported on first use)
 )
 
 __all__ = sorted([*_EXPORTS, *_SUBPACKAGES, "__version__"])

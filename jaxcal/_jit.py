@@ -29,7 +29,9 @@ Two things set a jaxcal program apart from ``jax.jit``:
   JAX itself loaded from its own persistent cache (one the user turned on) is used but not
   stored: XLA cannot serialize such an executable again in full (the copy lacks kernels
   and fails when a fresh process runs it). A program loaded from disk is checked on its
-  first call: one that fails to run is compiled anew and replaced.
+  first call: one that fails to run is compiled anew and replaced. One with LAPACK calls
+  (``jnp.linalg`` on CPU) first sets up jaxlib's LAPACK kernels, which JAX does only while
+  lowering.
 
 Calls from inside another trace (a user's ``jit`` or ``vmap``) are traced into the outer
 program as with ``jax.jit``; inputs sharded over several devices take ``jax.jit``'s path.
@@ -104,6 +106,22 @@ def _leaf_spec(x: Any) -> Any:
     if isinstance(x, bool | int | float | complex):
         return type(x).__name__  # weakly typed; its dtype follows jax_enable_x64 (in the key)
     return None
+
+
+@functools.cache
+def _init_lapack() -> bool:
+    """Set up jaxlib's LAPACK kernels (``jnp.linalg`` on CPU), as JAX does when it lowers
+    such an operation, which a program loaded from disk skips: the kernels take their
+    function pointers from SciPy (about 0.1 s of imports) and would run through null
+    pointers (a segmentation fault) in a process that only loaded them. ``False`` where
+    this jaxlib has no such hook: such programs are then compiled, not loaded."""
+    try:
+        from jax._src.lib import lapack
+
+        lapack._lapack.initialize()
+    except Exception:
+        return False
+    return True
 
 
 class _Jit:
@@ -189,6 +207,8 @@ class _Jit:
         disk_key = digest.hexdigest()
         entry = _compilation_cache.load(disk_key)
         if entry is not None:
+            if backend == "cpu" and b"lapack_" in entry[0] and not _init_lapack():
+                return disk_key, None  # compiled (and lowered) anew: JAX sets them up
             try:
                 return disk_key, serialize_executable.deserialize_and_load(
                     entry[0], dyn_tree, entry[1]

@@ -37,9 +37,12 @@ x = np.linspace(-3, 3, 50)
 before = len(traces)
 p = jaxcal.GaussianCalibration().fit(s, y).predict(x)
 q = jaxcal.PlattScaling().fit(s, y, sample_weight=np.full(900, 0.5)).predict(x)
-jax.block_until_ready((p, q))
+# a LAPACK call (jnp.linalg): a loaded program must find jaxlib's LAPACK kernels set up
+from jaxcal._jit import jit
+r = jit(lambda a, b: jax.numpy.linalg.solve(a, b))(np.diag([2.0, 4.0, 8.0]), np.ones(3))
+jax.block_until_ready((p, q, r))
 print(json.dumps({"traces": len(traces) - before, "p": np.asarray(p).tolist(),
-                  "q": np.asarray(q).tolist()}))
+                  "q": np.asarray(q).tolist(), "r": np.asarray(r).tolist()}))
 """
 
 
@@ -64,13 +67,14 @@ def test_second_run_loads_every_program_and_traces_nothing(tmp_path):
     off = run_script("0")  # no cache: plain jax.jit
     first = run_script(cache)
     entries = sorted(p.name for p in cache.glob("*.bin"))
-    assert len(entries) >= 3  # two solvers (p = 2, 3) and the predict programs
+    assert len(entries) >= 4  # two solvers (p = 2, 3), the predict programs, the solve
     second = run_script(cache)
     assert second["traces"] == 0 < first["traces"]
     assert sorted(p.name for p in cache.glob("*.bin")) == entries  # nothing new
     # the same executables: identical results, with or without the cache
     assert first["p"] == second["p"] == off["p"]
     assert first["q"] == second["q"] == off["q"]
+    assert first["r"] == second["r"] == off["r"] == [0.5, 0.25, 0.125]
     # damaged entries are compiled anew (and replaced), with the same results
     for path in cache.glob("*.bin"):
         path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])

@@ -23,6 +23,7 @@ SUBPACKAGES = [
     "recsys",
     "clicks",
     "bayes",
+    "sklearn",
 ]
 
 CALIBRATORS = sorted(n for n in jaxcal.__all__ if inspect.isclass(getattr(jaxcal, n)))

@@ -31,6 +31,7 @@ and draws, the tree depth, the mass matrix kind and the SVI steps and guide fix 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -100,12 +101,6 @@ def _nuts_problem(family, cfg, tuning, scores, targets, weights, prior, key):
 
 
 @functools.partial(jit, static_argnames=("family", "cfg", "impl"))
-def _nuts_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
-    key = key_from_parts(key_data, impl)
-    return _nuts_problem(family, cfg, tuning, scores, targets, weights, prior, key)
-
-
-@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
 def _nuts_batch(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
     keys = key_from_parts(key_data, impl)
 
@@ -135,10 +130,11 @@ def _svi_problem(family, cfg, tuning, scores, targets, weights, prior, key):
     return _thetas(family, design, draws), design.context, {"loss": losses}
 
 
-@functools.partial(jit, static_argnames=("family", "cfg", "impl"))
-def _svi_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data):
+@functools.partial(jit, static_argnames=("family", "cfg", "impl", "method"))
+def _fit_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data, *, method):
+    problem = _nuts_problem if method == "nuts" else _svi_problem
     key = key_from_parts(key_data, impl)
-    return _svi_problem(family, cfg, tuning, scores, targets, weights, prior, key)
+    return problem(family, cfg, tuning, scores, targets, weights, prior, key)
 
 
 @functools.partial(jit, static_argnames=("family", "cfg", "impl"))
@@ -254,9 +250,10 @@ def fit_bayes(
     arrays = (data.scores, data.targets, data.weights)
     fills = (data.scores[0], 0.0, 0.0)
     args = padded_data(arrays, fills, exact=is_minibatch(method, cfg))
-    run = _nuts_single if method == "nuts" else _svi_single
     key_data, impl = key_parts(key)
-    theta, ctx, stats = run(family, cfg, impl, tuning, *args, prior, key_data)
+    theta, ctx, stats = _fit_single(
+        family, cfg, impl, tuning, *args, prior, key_data, method=method
+    )
     return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
 
 
@@ -270,27 +267,17 @@ def fit_bayes_batch(
     sample_weight: ArrayLike | None = None,
     propensity: ArrayLike | None = None,
     loss: str = "naive",
-    method: str = "nuts",
     key: jax.Array,
-    num_samples: int = 1000,
-    num_warmup: int = 500,
-    num_chains: int = 4,
-    prior: dict | None = None,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    num_steps: int = 3000,
-    learning_rate: float = 0.05,
-    subsample_size: int | None = None,
-    guide: str = "mvn",
+    **settings,
 ) -> Posterior:
     """``B`` independent posteriors in one compiled call.
 
     Inputs are ``[B, n]`` arrays with an optional boolean ``mask`` (ragged problems; masked
     entries get weight 0), or 1-D arrays with integer ``group`` ids (row ``g`` is the
     ``g``-th smallest id). Problem ``b`` uses the key ``jax.random.split(key, B)[b]``, so the
-    result equals a Python loop of :func:`fit_bayes` calls with those keys. Other arguments
-    as in :func:`fit_bayes` (``subsample_size`` indexes the padded rows).
+    result equals a Python loop of :func:`fit_bayes` calls with those keys. The sampler
+    ``settings`` (``method``, ``num_samples``, ..., ``guide``) are :func:`fit_bayes`'s, with
+    its defaults (``subsample_size`` indexes the padded rows).
 
     Returns:
         A :class:`~jaxcal.bayes.posterior.Posterior` with batch shape ``(B,)``:
@@ -310,12 +297,9 @@ def fit_bayes_batch(
         loss=loss,
     )
     family.check_scores_batch(s, w)
-    cfg, tuning = run_config(
-        method, s.shape[1], num_samples=num_samples, num_warmup=num_warmup,
-        num_chains=num_chains, target_accept_prob=target_accept_prob,
-        max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
-        learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
-    )  # fmt: skip
+    settings = _sampler_settings(settings)
+    method, prior = settings.pop("method"), settings.pop("prior")
+    cfg, tuning = run_config(method, s.shape[1], **settings)
     prior = check_prior(prior, len(family.slope_indices))
     keys = jax.random.split(check_key(key), s.shape[0])
     # entries padded like masked ones: score 0, target 0, weight 0 (the batch axis is not
@@ -325,6 +309,19 @@ def fit_bayes_batch(
     key_data, impl = key_parts(keys)
     theta, ctx, stats = run(family, cfg, impl, tuning, *args, prior, key_data)
     return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
+
+
+def _sampler_settings(given: dict) -> dict:
+    """:func:`fit_bayes`'s sampler settings (its keyword defaults), updated by ``given``."""
+    params = inspect.signature(fit_bayes).parameters
+    names = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n not in _DATA_KEYWORDS]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise TypeError(f"fit_bayes_batch() got unexpected keyword arguments {unknown}.")
+    return {n: given.get(n, params[n].default) for n in names}
+
+
+_DATA_KEYWORDS = ("sample_weight", "propensity", "loss", "key")
 
 
 def design_of(calibrator, scores, targets, weights) -> Design:

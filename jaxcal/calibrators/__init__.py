@@ -1,4 +1,5 @@
 """Calibrators: parametric (Platt, temperature, beta, Gaussian, Gamma, exponential),
+spline calibration (a penalised natural cubic spline of the score),
 non-parametric (isotonic, histogram, BBQ, ENIR, smoothed isotonic) and field-aware
 (neural calibration). Every one follows the contract in ``jaxcal.calibrators._base``.
 
@@ -17,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "GaussianCalibration": "jaxcal.calibrators.gaussian",
         "GammaCalibration": "jaxcal.calibrators.gamma",
         "ExponentialCalibration": "jaxcal.calibrators.exponential",
+        "SplineCalibration": "jaxcal.calibrators.spline",
         "IsotonicCalibration": "jaxcal.calibrators.isotonic",
         "isotonic_regression": "jaxcal.calibrators.isotonic",
         "HistogramBinning": "jaxcal.calibrators.histogram",

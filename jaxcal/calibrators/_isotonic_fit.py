@@ -7,6 +7,7 @@ programs, the pure-JAX merge tree elsewhere), the fitted values at every point
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,14 @@ from jaxcal._validation import check_groups, check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._pav import pav
 
-__all__ = ["isotonic_regression", "isotonic_knots", "pav_runs", "eager_kernel", "is_float32"]
+__all__ = [
+    "isotonic_regression",
+    "isotonic_knots",
+    "cir_knots",
+    "pav_runs",
+    "eager_kernel",
+    "is_float32",
+]
 
 
 def _pad_top(x, y, w, group, size: int, increasing: bool):
@@ -282,6 +290,69 @@ def _bound(v, default: float, n: int, size: int, dtype):
     return _shapes.pad_axis(arr, size, arr[-1])
 
 
+def deprecated_centered_alias(calibrator, rank_preserving: bool | None) -> None:
+    """``__post_init__`` of a calibrator with the deprecated ``rank_preserving`` alias of
+    ``centered``: warns (``DeprecationWarning``) and sets ``centered`` from it."""
+    if rank_preserving is None:
+        return
+    name = type(calibrator).__name__
+    warnings.warn(
+        f"{name}(rank_preserving=...) is deprecated; use {name}(centered=...) "
+        "(centred isotonic regression).",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    if calibrator.centered and not rank_preserving:
+        raise ValueError(
+            f"centered=True and rank_preserving=False contradict each other; pass only "
+            f"centered (rank_preserving is its deprecated alias). Got {name}"
+            f"(centered={calibrator.centered!r}, rank_preserving={rank_preserving!r})."
+        )
+    check_centered(rank_preserving, name="rank_preserving")
+    object.__setattr__(calibrator, "centered", bool(rank_preserving))
+
+
+def check_centered(centered, *, name: str = "centered") -> None:
+    """``ValueError`` unless ``centered`` is True or False."""
+    if not isinstance(centered, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False; got {centered!r}.")
+
+
+def cir_knots(
+    x: np.ndarray, w: np.ndarray, v: np.ndarray, *, flat_values: tuple[float, ...] = (0.0, 1.0)
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Knots ``(u, v)`` of centred isotonic regression (CIR, Oron & Flournoy 2017) from an
+    isotonic fit on distinct positions. Host-side (NumPy), exact.
+
+    ``x``: ``[k]`` strictly increasing positions (the distinct scores, or bucket centres)
+    with positive weights ``w``; ``v``: ``[k]`` their non-decreasing isotonic fitted values.
+    As the reference implementation (``cirPAVA`` of the R package ``cir``, default
+    settings): every *level set* of the fit (a maximal stretch of positions with one fitted
+    value: PAV blocks, with ties pooled as well as strict violators) becomes one knot at its
+    weighted mean position, except a level set whose value is in ``flat_values`` (the
+    bounds ``{0, 1}`` of a probability: a flat stretch there is kept), which keeps its
+    first and last position; knots at ``x[0]`` and ``x[-1]`` with the first and last values
+    extend the map flat to the ends of the range. ``u`` is strictly increasing (in ``x``'s
+    dtype), ``v`` is strictly increasing except on those flat stretches.
+    """
+    start = np.r_[True, v[1:] != v[:-1]]
+    block = np.cumsum(start) - 1
+    nb = int(block[-1]) + 1
+    first = np.flatnonzero(start)
+    last = np.r_[first[1:] - 1, x.shape[0] - 1]
+    xf = np.asarray(x, np.float64)
+    bw = np.bincount(block, w, nb)
+    centre = np.bincount(block, w * xf, nb) / bw
+    centre = np.clip(centre, xf[first], xf[last])  # rounding guard
+    bv = v[first]
+    flat = np.isin(bv, flat_values)
+    left, right = np.where(flat, xf[first], centre), np.where(flat, xf[last], centre)
+    u = np.r_[xf[0], np.stack([left, right], 1).ravel(), xf[-1]].astype(x.dtype)
+    vals = np.r_[bv[0], np.repeat(bv, 2), bv[-1]]
+    keep = np.r_[True, u[1:] != u[:-1]]  # equal positions lie in one level set
+    return u[keep], vals[keep]
+
+
 def isotonic_knots(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, *, increasing: bool = True, centred: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -289,8 +360,8 @@ def isotonic_knots(
 
     Runs the jitted PAV (on the points padded to their bucket size, see ``jaxcal._shapes``),
     then (on the host, eagerly) keeps each block's first and last score
-    (the thresholds scikit-learn keeps) or, with ``centred=True``, one knot per block at its
-    weighted mean score with the first / last block at the data minimum / maximum (CIR).
+    (the thresholds scikit-learn keeps) or, with ``centred=True``, the knots of centred
+    isotonic regression (:func:`cir_knots`) on the distinct scores.
     ``u`` is strictly increasing and ``v`` non-decreasing.
     """
     dtype = jnp.result_type(float)
@@ -311,25 +382,13 @@ def isotonic_knots(
     k = int(n_runs)
     rx = np.asarray(run_x)[:k]
     rv = np.asarray(run_v)[:k]
-    rw = np.asarray(run_w)[:k]
+    if centred:
+        return cir_knots(rx, np.asarray(run_w, np.float64)[:k], rv)
     start = np.asarray(run_start)[:k].copy()
     start[0] = True
-    block = np.cumsum(start) - 1
-    nb = int(block[-1]) + 1
     first = np.flatnonzero(start)
     last = np.r_[first[1:] - 1, k - 1]
-    bv = rv[first]
-    if not centred:
-        u = np.stack([rx[first], rx[last]], 1).ravel()
-        v = np.repeat(bv, 2)
-        keep = np.r_[True, u[1:] != u[:-1]]
-        return u[keep], v[keep]
-    bw = np.bincount(block, rw, nb)
-    bsum = np.bincount(block, rw * rx, nb)
-    plain = np.bincount(block, rx, nb) / np.bincount(block, None, nb)
-    centre = np.where(bw > 0, bsum / np.where(bw > 0, bw, 1.0), plain)
-    centre = np.clip(centre, rx[first], rx[last])  # rounding guard
-    if nb == 1:
-        return np.array([rx[0], rx[-1]])[: 1 + (k > 1)], np.repeat(bv, 1 + (k > 1))
-    centre[0], centre[-1] = rx[0], rx[-1]
-    return centre, bv
+    u = np.stack([rx[first], rx[last]], 1).ravel()
+    v = np.repeat(rv[first], 2)
+    keep = np.r_[True, u[1:] != u[:-1]]
+    return u[keep], v[keep]

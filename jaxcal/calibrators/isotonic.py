@@ -7,7 +7,7 @@ Stable public signatures (other modules build on them; do not change):
     isotonic_regression(x, y, *, sample_weight=None, group=None, increasing=True,
                         y_min=None, y_max=None) -> jax.Array    # [n] fitted values
     IsotonicCalibration(*, increasing=True, interpolation="linear",
-                        rank_preserving=False, trim=0.0, out_of_bounds="clip",
+                        centered=False, trim=0.0, out_of_bounds="clip",
                         y_min=None, y_max=None).fit(
         scores, labels, *, sample_weight=None, propensity=None, loss="naive")
         -> FittedIsotonic                                    # .predict(scores), .save(path)
@@ -45,11 +45,27 @@ function of the fitted blocks or the linear interpolation between block end poin
 (scikit-learn's ``IsotonicRegression.predict``); scores outside the training range get the
 end values (``out_of_bounds="clip"``), NaN (``"nan"``) or raise (``"raise"``).
 ``increasing="auto"`` picks the direction by the sign of the (weighted) Spearman
-correlation of scores and targets (:func:`check_increasing`). ``rank_preserving=True`` uses
-centred isotonic regression (CIR, Oron & Flournoy 2017): one knot per PAV block at the
-block's weighted mean score (the first and last block at the training minimum / maximum),
-linearly interpolated, so the map is *strictly* increasing on the training range and never
-ties two distinct scores there.
+correlation of scores and targets (:func:`check_increasing`).
+
+``centered=True`` is centred isotonic regression (CIR; Oron & Flournoy, "Centered isotonic
+regression: point and interval estimation for dose-response studies", Statistics in
+Biopharmaceutical Research 9, 2017), as the authors' R package ``cir`` computes it
+(``cirPAVA`` with its defaults): PAV pools strict violators *and ties*, so every level set
+of the isotonic fit (a maximal stretch of scores with one fitted value) is one block; each
+block becomes one knot :math:`(\bar s_B, \bar t_B)` at its weighted mean score
+
+.. math::  \bar s_B = \frac{\sum_{i \in B} w_i s_i}{\sum_{i \in B} w_i},
+
+and the map interpolates linearly between the knots. Two exceptions keep flat stretches:
+a block whose value is exactly 0 or 1 (a bound of the probability) keeps knots at its first
+and last score rather than its centre, and the map is extended flat from the first block's
+knot down to the training minimum and from the last block's knot up to the training maximum
+(knots there with the end values). So the map is strictly increasing between those flat
+ends and never ties two distinct scores there; at the training points it is no longer the
+least-squares fit. Knot values are then clipped to the probability range (``trim``,
+``y_min``, ``y_max``); scores outside the training range follow ``out_of_bounds`` (the
+package refuses them; ``"clip"`` gives its constant extension). The former name
+``rank_preserving`` is a deprecated alias of ``centered``.
 
 Example:
     >>> import jaxcal, numpy as np
@@ -78,6 +94,8 @@ from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._isotonic_fit import (
+    check_centered,
+    deprecated_centered_alias,
     is_float32,
     isotonic_knots,
     isotonic_regression,
@@ -219,7 +237,7 @@ def isotonic_map(
     *,
     increasing: bool | str = True,
     interpolation: str = "linear",
-    rank_preserving: bool = False,
+    centered: bool = False,
     out_of_bounds: str = "clip",
     lo: float = -np.inf,
     hi: float = np.inf,
@@ -233,9 +251,7 @@ def isotonic_map(
     scaling, scores = fit_scaling(scores, weights, shift=True, kind=ORDER, what=what)
     if isinstance(increasing, str):
         increasing = check_increasing(scores, targets, weights)
-    u, v = isotonic_knots(
-        scores, targets, weights, increasing=bool(increasing), centred=rank_preserving
-    )
+    u, v = isotonic_knots(scores, targets, weights, increasing=bool(increasing), centred=centered)
     v = np.clip(v, lo, hi)
     dtype = jnp.result_type(float)
     return FittedIsotonic(
@@ -257,9 +273,12 @@ class IsotonicCalibration(Calibrator):
             ``"auto"``: the sign of the weighted Spearman correlation of scores and targets
             (:func:`check_increasing`; warns when its confidence interval spans zero).
         interpolation: ``"linear"`` (scikit-learn's prediction) or ``"step"``.
-        rank_preserving: centred isotonic regression (Oron & Flournoy 2017): strictly
-            increasing on the training range, so no two distinct scores in it are tied. Its
-            training-point fit is no longer the least-squares optimum.
+        centered: centred isotonic regression (CIR, Oron & Flournoy 2017; module
+            docstring): one knot per PAV level set at its weighted mean score, linearly
+            interpolated, so the map is strictly increasing between its flat ends and no
+            two distinct scores there are tied. Its training-point fit is no longer the
+            least-squares optimum. Needs ``interpolation="linear"``.
+        rank_preserving: deprecated alias of ``centered`` (``DeprecationWarning``).
         trim: clip probabilities to ``[trim, 1 - trim]`` (0 = only to [0, 1]); Borisov et
             al. (2018) use 0.01 so that log-likelihoods stay finite.
         out_of_bounds: what ``predict`` does with scores outside the training range (of the
@@ -280,11 +299,15 @@ class IsotonicCalibration(Calibrator):
 
     increasing: bool | str = True
     interpolation: str = "linear"
-    rank_preserving: bool = False
+    centered: bool = False
     trim: float = 0.0
     out_of_bounds: str = "clip"
     y_min: float | None = None
     y_max: float | None = None
+    rank_preserving: dataclasses.InitVar[bool | None] = None
+
+    def __post_init__(self, rank_preserving: bool | None) -> None:
+        deprecated_centered_alias(self, rank_preserving)
 
     def _bounds(self) -> tuple[float, float]:
         """The probability range ``[lo, hi]`` of the knots (checked non-empty)."""
@@ -307,10 +330,9 @@ class IsotonicCalibration(Calibrator):
             )
         if not (np.isfinite(self.trim) and 0.0 <= self.trim < 0.5):
             raise ValueError(f"trim must lie in [0, 0.5); got {self.trim!r}.")
-        if self.rank_preserving and self.interpolation == "step":
-            raise ValueError(
-                "rank_preserving=True needs interpolation='linear' (a step map ties scores)."
-            )
+        check_centered(self.centered)
+        if self.centered and self.interpolation == "step":
+            raise ValueError("centered=True needs interpolation='linear' (a step map ties scores).")
         if self.out_of_bounds not in _OUT_OF_BOUNDS:
             raise ValueError(
                 f"out_of_bounds must be one of {_OUT_OF_BOUNDS}; got {self.out_of_bounds!r}."
@@ -336,7 +358,7 @@ class IsotonicCalibration(Calibrator):
             d.weights,
             increasing=self.increasing,
             interpolation=self.interpolation,
-            rank_preserving=self.rank_preserving,
+            centered=self.centered,
             out_of_bounds=self.out_of_bounds,
             lo=lo,
             hi=hi,

@@ -15,9 +15,11 @@ constant extrapolation beyond the first and last bucket. Only the ratios of the 
 matter (they are normalised first, as in ``isotonic_regression``). Bucketing makes the map smooth
 and cheap to store (``B`` knots); interpolation between bucket centres removes the
 plateaus *between* buckets. Inside a PAV-pooled run of buckets the map is flat; set
-``rank_preserving=True`` to put one knot per pooled run at its weighted mean score
-(centred isotonic regression, Oron & Flournoy 2017), which makes the map strictly
-increasing across the training range.
+``centered=True`` for centred isotonic regression on the buckets (CIR, Oron & Flournoy
+2017, as ``jaxcal.IsotonicCalibration(centered=True)``): one knot per level set of the
+bucket fit (ties pooled) at its weighted mean score, flat only from the first / last bucket
+centre to the first / last such knot and where the fitted value is exactly 0 or 1, strictly
+increasing in between. (``rank_preserving`` is its deprecated alias.)
 
 ``negative_downsampling_correction(p, rate)``: a model trained on data in which negatives
 were kept with probability ``rate`` predicts :math:`p` = odds-inflated probabilities; the
@@ -54,7 +56,13 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._isotonic_fit import eager_kernel, pav_runs
+from jaxcal.calibrators._isotonic_fit import (
+    check_centered,
+    cir_knots,
+    deprecated_centered_alias,
+    eager_kernel,
+    pav_runs,
+)
 from jaxcal.calibrators._knots import knot_map, searchsorted
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
@@ -152,19 +160,26 @@ class SmoothedIsotonic(Calibrator):
     Args:
         n_buckets: number of equal-frequency score buckets (fewer if scores are tied).
         increasing: non-decreasing (True) or non-increasing (False) map.
-        rank_preserving: one knot per PAV-pooled run of buckets (CIR), so the map is
-            strictly monotone between the first and last knot.
+        centered: centred isotonic regression on the buckets (CIR; module docstring):
+            one knot per level set of the bucket fit at its weighted mean score, so the map
+            is strictly monotone between its flat ends.
+        rank_preserving: deprecated alias of ``centered`` (``DeprecationWarning``).
     """
 
     n_buckets: int = 100
     increasing: bool = True
-    rank_preserving: bool = False
+    centered: bool = False
+    rank_preserving: dataclasses.InitVar[bool | None] = None
+
+    def __post_init__(self, rank_preserving: bool | None) -> None:
+        deprecated_centered_alias(self, rank_preserving)
 
     def _check_hyperparameters(self) -> None:
         if not isinstance(self.n_buckets, int | np.integer) or self.n_buckets < 1:
             raise ValueError(f"n_buckets must be a positive integer; got {self.n_buckets!r}.")
         if not isinstance(self.increasing, bool | np.bool_):
             raise ValueError(f"increasing must be True or False; got {self.increasing!r}.")
+        check_centered(self.centered)
 
     def _fit(self, d: FitData) -> FittedSmoothedIsotonic:
         """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted)."""
@@ -190,19 +205,8 @@ class SmoothedIsotonic(Calibrator):
         # no centre and no target: no knot
         keep = W > 0
         ms, v, W = ms[keep], v[keep], W[keep]
-        if self.rank_preserving:
-            start = np.r_[True, v[1:] != v[:-1]]  # PAV blocks have increasing values
-            run = np.cumsum(start) - 1
-            k = run[-1] + 1
-            Wr = np.bincount(run, W, k)
-            cx = np.where(
-                Wr > 0,
-                np.bincount(run, W * ms, k) / np.where(Wr > 0, Wr, 1),
-                np.bincount(run, ms, k) / np.bincount(run, None, k),
-            )
-            if k > 1:
-                cx[0], cx[-1] = ms[0], ms[-1]
-            ms, v = cx, v[start]
+        if self.centered:
+            ms, v = cir_knots(ms, np.asarray(W, np.float64), v)
         v = np.clip(v, 0.0, 1.0)
         return FittedSmoothedIsotonic(
             knots_x=jax.device_put(np.asarray(ms, dtype)),

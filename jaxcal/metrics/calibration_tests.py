@@ -34,11 +34,47 @@ exact).
 .. math::  z = \frac{\sum_i (y_i - p_i)(1 - 2 p_i)}{\sqrt{\sum_i (1 - 2p_i)^2 p_i(1 - p_i)}},
 
 standard normal under calibration; two-sided p-value :math:`2(1 - \Phi(|z|))`.
+
+**Weights** (``sample_weight``). As elsewhere in jaxcal, a weight :math:`w_i \ge 0` is an
+inverse-propensity (IPS) multiplier of an independent observation, not a count of repeated
+observations: the weighted statistics estimate the quantities of the population the
+weights reweight to, and their null distributions hold *conditional on the weights*
+(fixed, with the probabilities; under calibration :math:`y_i \sim
+\mathrm{Bernoulli}(p_i)` independently whatever the weights). Only the ratios of the
+weights matter (they are rescaled by a power of two first, exactly); a point of weight 0
+counts as absent; all-equal weights give the unweighted results.
+
+* Spiegelhalter: the numerator :math:`T = \sum_i w_i (y_i - p_i)(1 - 2p_i)` has mean 0
+  and variance :math:`V = \sum_i w_i^2 (1 - 2p_i)^2 p_i (1 - p_i)` under calibration (the
+  terms are independent; :math:`\operatorname{Var} y_i = p_i(1 - p_i)`), so
+  :math:`z = T / \sqrt V` is standard normal in the limit (Lyapunov: no single weight
+  dominates :math:`V`). With counts as weights one would use :math:`w_i` rather than
+  :math:`w_i^2` in :math:`V`; IPS weights multiply independent outcomes, so they enter
+  squared.
+* Unbiased SKCE: the weighted U-statistic (self-normalised, a ratio of two U-statistics)
+
+  .. math::  \widehat{\mathrm{SKCE}}_w = \frac{\sum_{i \ne j} w_i w_j h_{ij}}
+      {\sum_{i \ne j} w_i w_j},
+
+  consistent for the SKCE under the reweighted distribution. The consistency-resampling
+  p-value stays exact: the labels are redrawn as :math:`y^*_i \sim
+  \mathrm{Bernoulli}(p_i)` with the weights held fixed, and the same statistic is computed
+  for each draw.
+* Linear SKCE: the disjoint pairs of the points of positive weight (zero-weight points are
+  left out before pairing, so that they do not take a partner), each pair weighted by
+  :math:`\omega_k = w_{2k-1} w_{2k}`: :math:`\bar h_\omega = \sum_k \omega_k h_k /
+  \sum_k \omega_k`. Given the weights, the :math:`h_k` are independent with mean 0 under
+  calibration; the p-value is the normal one of this ratio estimator with the sandwich
+  (delta-method) variance :math:`\hat V = \frac{m}{m - 1} \sum_k \omega_k^2 (h_k -
+  \bar h_\omega)^2 / (\sum_k \omega_k)^2`, :math:`1 - \Phi(\bar h_\omega / \sqrt{\hat
+  V})`, which for equal weights is the unweighted :math:`1 - \Phi(\sqrt m\,\bar h / s_h)`.
+* The default bandwidth (median heuristic) uses the points of positive weight.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -49,7 +85,8 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_labels, check_probs
+from jaxcal._validation import check_labels, check_probs, check_sample_weight
+from jaxcal._weights import normalize_weights_host
 from jaxcal.metrics._keys import key_from_parts, key_parts
 
 __all__ = ["CalibrationTest", "skce", "spiegelhalter_z"]
@@ -74,15 +111,15 @@ def _kernel(a, b, bandwidth, kernel: str):
 
 
 @functools.partial(jit, static_argnames=("kernel", "n_resamples", "impl"))
-def _unbiased_core(p, y, n, bandwidth, key_data, *, kernel: str, n_resamples: int, impl):
-    """The U-statistic of the observed labels and of ``n_resamples`` label vectors drawn
-    under calibration (padding entries carry a zero residual)."""
-    real = jnp.arange(p.shape[0]) < n
-    r = jnp.where(real, y - p, 0)[:, None]
+def _unbiased_core(p, y, w, pair_weight, bandwidth, key_data, *, kernel, n_resamples, impl):
+    r"""The weighted U-statistic of the observed labels and of ``n_resamples`` label vectors
+    drawn under calibration, weights fixed (padding entries have weight 0, so a zero
+    weighted residual). ``pair_weight``: :math:`\sum_{i \ne j} w_i w_j`."""
+    r = (w * (y - p))[:, None]
     if n_resamples:
         key = key_from_parts(key_data, impl)
         y_star = jax.random.bernoulli(key, p, (n_resamples, p.shape[0])).astype(p.dtype)
-        r = jnp.concatenate([r, jnp.where(real, y_star - p, 0).T], axis=1)  # [n, 1 + B]
+        r = jnp.concatenate([r, (w * (y_star - p)).T], axis=1)  # [n, 1 + B]
     rows_p = p.reshape(-1, _BLOCK)
     rows_r = r.reshape(-1, _BLOCK, r.shape[1])
 
@@ -92,7 +129,7 @@ def _unbiased_core(p, y, n, bandwidth, key_data, *, kernel: str, n_resamples: in
 
     # r' K r per column, one block of kernel rows at a time (bounded memory)
     quad = jnp.sum(jax.lax.map(block, (rows_p, rows_r)), axis=0)
-    stats = 2 * (quad - jnp.sum(r * r, axis=0)) / (n * (n - 1))  # k(p, p) = 1 off i = j
+    stats = 2 * (quad - jnp.sum(r * r, axis=0)) / pair_weight  # k(p, p) = 1: i = j out
     if not n_resamples:
         return stats[0], jnp.full((), jnp.nan, p.dtype)
     exceed = jnp.sum(stats[1:] >= stats[0])
@@ -100,16 +137,18 @@ def _unbiased_core(p, y, n, bandwidth, key_data, *, kernel: str, n_resamples: in
 
 
 @functools.partial(jit, static_argnames=("kernel",))
-def _linear_core(p, y, m, bandwidth, *, kernel: str):
+def _linear_core(p, y, w, m, bandwidth, *, kernel: str):
+    """The pair-weighted mean of the ``m`` disjoint pairs' terms and its one-sided normal
+    p-value (module docstring); padding pairs have weight 0."""
     r = y - p
-    pairs_p, pairs_r = p.reshape(-1, 2), r.reshape(-1, 2)
-    real = jnp.arange(pairs_p.shape[0]) < m
+    pairs_p, pairs_r, pairs_w = p.reshape(-1, 2), r.reshape(-1, 2), w.reshape(-1, 2)
     h = 2 * _kernel(pairs_p[:, 0], pairs_p[:, 1], bandwidth, kernel) * pairs_r[:, 0] * pairs_r[:, 1]
-    h = jnp.where(real, h, 0)
-    mean = jnp.sum(h) / m
-    var = jnp.sum(jnp.where(real, (h - mean) ** 2, 0)) / (m - 1)
+    omega = pairs_w[:, 0] * pairs_w[:, 1]
+    total = jnp.sum(omega)
+    mean = jnp.sum(omega * h) / total
+    var = m / (m - 1) * jnp.sum((omega * (h - mean)) ** 2) / total**2
     sd = jnp.sqrt(var)
-    z = jnp.where(sd > 0, jnp.sqrt(m) * mean / jnp.where(sd > 0, sd, 1), 0.0)
+    z = jnp.where(sd > 0, mean / jnp.where(sd > 0, sd, 1), 0.0)
     p_value = jnp.where(sd > 0, 0.5 * erfc(z / jnp.sqrt(2.0)), 1.0)
     return mean, p_value
 
@@ -132,6 +171,7 @@ def skce(
     bandwidth: float | None = None,
     key: jax.Array | None = None,
     n_resamples: int = 1000,
+    sample_weight: ArrayLike | None = None,
 ) -> CalibrationTest:
     r"""The squared kernel calibration error and its calibration test (Widmann, Lindsten &
     Zachariah 2019); see the module docstring for the kernel, estimators and p-values.
@@ -148,14 +188,18 @@ def skce(
         key: ``jax.random`` key of the resamples (``"unbiased"`` with ``n_resamples > 0``).
         n_resamples: label vectors drawn under calibration for the unbiased estimator's
             p-value (0: statistic only, p-value NaN).
+        sample_weight: optional ``[n]`` non-negative (inverse-propensity) weights: the
+            weighted U-statistic / weighted pairs of the module docstring (default: equal
+            weights). Zero-weight points count as absent.
 
     Returns:
         :class:`CalibrationTest` ``(statistic, p_value)``: the SKCE estimate (the linear
         and unbiased estimates can be negative) and the p-value of calibration.
 
     Raises:
-        ValueError: invalid data, estimator, kernel, bandwidth or ``n_resamples``; no
-            ``key`` where resampling needs one.
+        ValueError: invalid data, weights, estimator, kernel, bandwidth or
+            ``n_resamples``; too few points of positive weight; no ``key`` where
+            resampling needs one.
 
     Example:
         >>> import jax, jaxcal, numpy as np
@@ -171,13 +215,14 @@ def skce(
         raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
     if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 0:
         raise ValueError(f"n_resamples must be a non-negative integer; got {n_resamples!r}.")
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    n = p.shape[0]
+    p, y, w = _check_weighted(probs, labels, sample_weight)
+    positive = w > 0
+    n = int(positive.sum())
     if n < (4 if estimator == "linear" else 2):
-        raise ValueError(f"the {estimator} SKCE needs more probabilities; got n = {n}.")
+        what = "probabilities" if sample_weight is None else "points of positive weight"
+        raise ValueError(f"the {estimator} SKCE needs more {what}; got n = {n}.")
     if bandwidth is None:
-        bandwidth = _median_bandwidth(p)
+        bandwidth = _median_bandwidth(p[positive])
     elif not (np.isfinite(bandwidth) and bandwidth > 0):
         raise ValueError(f"bandwidth must be a positive number; got {bandwidth!r}.")
     dtype = jnp.result_type(float)
@@ -185,21 +230,25 @@ def skce(
     if estimator == "linear":
         m = n // 2
         size = 2 * _shapes.padded_size(m)
-        pp, yy = _shapes.pad_rows(size, p[: 2 * m], y[: 2 * m], fills=(0.5, 0.5))
-        args = (np.asarray(pp, dtype), np.asarray(yy, dtype), np.asarray(m, dtype), bw)
+        # zero-weight points are dropped before pairing (they would waste a partner)
+        kept = (a[positive][: 2 * m] for a in (p, y, w))
+        pp, yy, ww = _shapes.pad_rows(size, *kept, fills=(0.5, 0.5, 0.0))
+        args = (*(np.asarray(a, dtype) for a in (pp, yy, ww)), np.asarray(m, dtype), bw)
         return CalibrationTest(*_linear_core(*args, kernel=kernel))
     if n_resamples and key is None:
         raise ValueError(
             "the unbiased SKCE's p-value resamples labels: pass key=jax.random.key(...), or "
             "n_resamples=0 for the statistic alone."
         )
-    size = -(-_shapes.padded_size(n) // _BLOCK) * _BLOCK
-    pp, yy = _shapes.pad_rows(size, p, y, fills=(0.5, 0.5))
+    size = -(-_shapes.padded_size(p.shape[0]) // _BLOCK) * _BLOCK
+    pp, yy, ww = _shapes.pad_rows(size, p, y, w, fills=(0.5, 0.5, 0.0))
     key_data, impl = key_parts(jax.random.key(0) if key is None else key)
+    total = math.fsum(w)
     out = _unbiased_core(
         np.asarray(pp, dtype),
         np.asarray(yy, dtype),
-        np.asarray(n, dtype),
+        np.asarray(ww, dtype),
+        np.asarray(total * total - np.dot(w, w), dtype),  # sum over i != j of w_i w_j
         bw,
         key_data,
         kernel=kernel,
@@ -210,25 +259,39 @@ def skce(
 
 
 @jit
-def _spiegelhalter_core(p, y):
-    num = jnp.sum((y - p) * (1 - 2 * p))
-    z = num / jnp.sqrt(jnp.sum((1 - 2 * p) ** 2 * p * (1 - p)))
+def _spiegelhalter_core(p, y, w):
+    num = jnp.sum(w * (y - p) * (1 - 2 * p))
+    z = num / jnp.sqrt(jnp.sum((w * (1 - 2 * p)) ** 2 * p * (1 - p)))
     return z, erfc(jnp.abs(z) / jnp.sqrt(2.0))
 
 
-def spiegelhalter_z(probs: ArrayLike, labels: ArrayLike) -> CalibrationTest:
+def _check_weighted(probs, labels, sample_weight):
+    """Validated float64 probabilities, labels and weights (rescaled by a power of two so
+    that the largest lies in [1, 2): products of weights neither underflow nor overflow)."""
+    p = check_probs(probs)
+    y = check_labels(labels, p.shape[0])
+    w = normalize_weights_host(check_sample_weight(sample_weight, p.shape[0]))
+    return p, y, w
+
+
+def spiegelhalter_z(
+    probs: ArrayLike, labels: ArrayLike, *, sample_weight: ArrayLike | None = None
+) -> CalibrationTest:
     r"""Spiegelhalter's (1986) z-test of calibration (module docstring).
 
     Args:
         probs: ``[n]`` predicted probabilities in [0, 1].
         labels: ``[n]`` 0/1 labels.
+        sample_weight: optional ``[n]`` non-negative (inverse-propensity) weights:
+            :math:`z = \sum_i w_i (y_i - p_i)(1 - 2p_i) / \sqrt{\sum_i w_i^2 (1 - 2p_i)^2
+            p_i (1 - p_i)}` (module docstring). Default: equal weights.
 
     Returns:
         :class:`CalibrationTest` ``(z, p_value)``, the p-value two-sided.
 
     Raises:
-        ValueError: invalid data, or every probability in {0, 0.5, 1} (then the variance
-            of the statistic is 0 and z is undefined).
+        ValueError: invalid data or weights, or every probability (of positive weight)
+            in {0, 0.5, 1} (then the variance of the statistic is 0 and z is undefined).
 
     Example:
         >>> import jaxcal, numpy as np
@@ -237,15 +300,14 @@ def spiegelhalter_z(probs: ArrayLike, labels: ArrayLike) -> CalibrationTest:
         >>> round(float(z), 4)
         -0.8805
     """
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    if not np.any((p > 0) & (p < 1) & (p != 0.5)):
+    p, y, w = _check_weighted(probs, labels, sample_weight)
+    if not np.any((p > 0) & (p < 1) & (p != 0.5) & (w > 0)):
         raise ValueError(
-            "spiegelhalter_z is undefined when every probability is 0, 0.5 or 1 (the "
-            "statistic has variance 0)."
+            "spiegelhalter_z is undefined when every probability (of positive weight) is 0, "
+            "0.5 or 1 (the statistic has variance 0)."
         )
     size = _shapes.padded_size(p.shape[0])
-    # padding with p = 0 adds nothing to either sum
-    pp, yy = _shapes.pad_rows(size, p, y, fills=(0.0, 0.0))
+    # padding (p = 0, weight 0) adds nothing to either sum
+    pp, yy, ww = _shapes.pad_rows(size, p, y, w, fills=(0.0, 0.0, 0.0))
     dtype = jnp.result_type(float)
-    return CalibrationTest(*_spiegelhalter_core(np.asarray(pp, dtype), np.asarray(yy, dtype)))
+    return CalibrationTest(*_spiegelhalter_core(*(np.asarray(a, dtype) for a in (pp, yy, ww))))

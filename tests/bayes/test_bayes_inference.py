@@ -16,7 +16,7 @@ from scipy.special import expit, log_expit
 
 import jaxcal
 from jaxcal.bayes import fit_bayes, fit_bayes_batch
-from jaxcal.bayes.inference import _nuts_single, design_of
+from jaxcal.bayes.inference import _fit_single, design_of
 from jaxcal.bayes.linear import check_prior, linear_logit_model, theta_from_standardised
 from jaxcal.bayes.posterior import Posterior
 
@@ -166,9 +166,9 @@ def test_second_call_does_not_recompile(data):
     s, y = data
     kw = dict(num_samples=20, num_warmup=20, num_chains=2)
     fit_bayes(jaxcal.PlattScaling(), s[:300], y[:300], key=jax.random.key(0), **kw)
-    size = _nuts_single._cache_size()
+    size = _fit_single._cache_size()
     fit_bayes(jaxcal.PlattScaling(), s[300:600], y[300:600], key=jax.random.key(1), **kw)
-    assert _nuts_single._cache_size() == size
+    assert _fit_single._cache_size() == size
 
 
 def test_predict_interval_probability_draws_vs_numpy(nuts):
@@ -414,3 +414,14 @@ def test_bad_predict_inputs_raise(nuts):
         nuts.predict([0.0, np.inf])
     with pytest.raises(ValueError, match="batched"):
         nuts[0]
+
+
+def test_fit_bayes_batch_takes_fit_bayes_settings_only():
+    """The batch fit's sampler settings are fit_bayes's keywords: a misspelt one is refused
+    before anything runs."""
+    s = np.tile(np.linspace(-1.0, 1.0, 20), (2, 1))
+    y = np.tile([0.0, 1.0] * 10, (2, 1))
+    with pytest.raises(TypeError, match="num_sample"):
+        fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), num_sample=10)
+    with pytest.raises(ValueError, match="method"):
+        fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), method="mcmc")

@@ -247,20 +247,27 @@ def _auc(s, y):
 
 
 @pytest.mark.usefixtures("pav_path")
-def test_rank_preserving_variant_has_no_ties_and_keeps_auc():
+def test_centered_variant_is_strict_between_its_flat_ends_and_keeps_auc():
     rng = np.random.default_rng(6)
     n = 64
     s = rng.normal(size=n)
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))).astype(float)
     plain = jaxcal.IsotonicCalibration().fit(s, y)
     step = jaxcal.IsotonicCalibration(interpolation="step").fit(s, y)
-    cir = jaxcal.IsotonicCalibration(rank_preserving=True).fit(s, y)
-    inside = s[(s > s.min()) & (s < s.max())]
-    p_cir = np.asarray(cir.predict(np.sort(inside)))
-    assert np.all(np.diff(p_cir) > 0)  # strictly increasing on the training range
-    assert np.unique(np.asarray(cir.predict(s))).size == n  # no ties at all here
+    cir = jaxcal.IsotonicCalibration(centered=True).fit(s, y)
+    # CIR is flat only from the training minimum to the last knot with the first value and
+    # from the first knot with the last value to the maximum: a strictly increasing function
+    # of the clipped score there, which ties no two distinct clipped scores
+    kx, ky = np.asarray(cir.knots_x), np.asarray(cir.knots_y)
+    a, b = kx[ky == ky[0]].max(), kx[ky == ky[-1]].min()
+    assert s.min() < a < b < s.max()
+    inside = np.sort(s[(s > a) & (s < b)])
+    p_cir = np.asarray(cir.predict(inside))
+    assert np.all(np.diff(p_cir) > 0)  # strictly increasing between the flat ends
+    clipped = np.clip(s, a, b)
+    assert np.unique(np.asarray(cir.predict(s))).size == np.unique(clipped).size
     assert np.unique(np.asarray(step.predict(s))).size < n // 3  # PAV steps tie a lot
-    assert _auc(np.asarray(cir.predict(s)), y) == pytest.approx(_auc(s, y), abs=1e-12)
+    assert _auc(np.asarray(cir.predict(s)), y) == pytest.approx(_auc(clipped, y), abs=1e-12)
     # PAV's ROC is the ROC convex hull of the scores (Fawcett & Niculescu-Mizil 2007): the
     # step map's training AUC (ties count 1/2) is the area under the hull, never below AUC
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
@@ -288,7 +295,7 @@ def test_trim_and_ips_targets_clipped():
 def test_predict_inside_jit_and_save_load(tmp_path):
     rng = np.random.default_rng(8)
     x, y, w = _data(rng, 40)
-    for kw in ({}, {"increasing": False}, {"rank_preserving": True}, {"interpolation": "step"}):
+    for kw in ({}, {"increasing": False}, {"centered": True}, {"interpolation": "step"}):
         cal = jaxcal.IsotonicCalibration(**kw).fit(x, y, sample_weight=w)
         q = rng.uniform(-1, 15, 50)
         inside = jax.jit(lambda c, s: c.predict(s))(cal, q)
@@ -329,7 +336,7 @@ def test_functional_bad_inputs(kwargs, match):
         ([0.0, np.inf], [0, 1], {}, "non-finite"),
         ([0.0, 1.0], [0, 1], {"interpolation": "cubic"}, "interpolation"),
         ([0.0, 1.0], [0, 1], {"trim": 0.7}, "trim"),
-        ([0.0, 1.0], [0, 1], {"rank_preserving": True, "interpolation": "step"}, "rank"),
+        ([0.0, 1.0], [0, 1], {"centered": True, "interpolation": "step"}, "centered"),
     ],
 )
 def test_calibrator_bad_inputs(scores, labels, hyper, match):

@@ -212,7 +212,7 @@ def test_smoothed_isotonic_and_calibrator_knots_do_not_depend_on_the_weight_scal
     w[::17] = 0.0
     for make in (
         lambda: jaxcal.IsotonicCalibration(),
-        lambda: jaxcal.IsotonicCalibration(rank_preserving=True),
+        lambda: jaxcal.IsotonicCalibration(centered=True),
         lambda: jaxcal.SmoothedIsotonic(n_buckets=30),
     ):
         base = make().fit(s, y, sample_weight=w)

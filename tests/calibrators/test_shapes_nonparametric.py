@@ -45,14 +45,14 @@ CALIBRATORS = {
     "isotonic": lambda **h: jaxcal.IsotonicCalibration(**h),
     "isotonic-step": lambda **h: jaxcal.IsotonicCalibration(interpolation="step", **h),
     "isotonic-cir-decreasing": lambda **h: jaxcal.IsotonicCalibration(
-        rank_preserving=True, increasing=False, **h
+        centered=True, increasing=False, **h
     ),
     "histogram-quantile": lambda **h: jaxcal.HistogramBinning(n_bins=12, **h),
     "histogram-uniform": lambda **h: jaxcal.HistogramBinning(strategy="uniform", **h),
     "bbq": lambda **h: jaxcal.BBQ(**h),
     "sir": lambda **h: jaxcal.SmoothedIsotonic(n_buckets=40, **h),
     "sir-cir-decreasing": lambda **h: jaxcal.SmoothedIsotonic(
-        n_buckets=40, rank_preserving=True, increasing=False, **h
+        n_buckets=40, centered=True, increasing=False, **h
     ),
     "enir": lambda **h: jaxcal.ENIR(**h),
 }

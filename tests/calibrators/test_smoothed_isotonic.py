@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 from sklearn.isotonic import IsotonicRegression
+from test_isotonic_centered import cir_oracle
 
 import jaxcal
 from jaxcal.calibrators.smoothed_isotonic import FittedSmoothedIsotonic
@@ -14,7 +15,8 @@ from jaxcal.calibrators.smoothed_isotonic import FittedSmoothedIsotonic
 TOL = 1e-10
 
 
-def _direct_sir(s, y, w, B):
+def _buckets(s, y, w, B):
+    """Each non-empty equal-frequency bucket's weighted mean score, mean target and weight."""
     ss = np.sort(s)
     n = s.size
     edges = np.array([ss[(k * n) // B] for k in range(1, B)])
@@ -26,6 +28,11 @@ def _direct_sir(s, y, w, B):
             xs.append(np.sum(w[m] * s[m]) / w[m].sum())
             ts.append(np.sum(w[m] * y[m]) / w[m].sum())
             ws.append(w[m].sum())
+    return np.array(xs), np.array(ts), np.array(ws)
+
+
+def _direct_sir(s, y, w, B):
+    xs, ts, ws = _buckets(s, y, w, B)
     v = (
         IsotonicRegression()
         .fit(np.arange(len(xs)), ts, sample_weight=ws)
@@ -53,16 +60,34 @@ def test_decreasing_mirrors_increasing():
     assert np.all(np.diff(np.asarray(dec.predict(q))) <= 1e-15)
 
 
-def test_rank_preserving_strictly_monotone_and_more_distinct_values():
+def test_centered_strictly_monotone_and_more_distinct_values():
     rng = np.random.default_rng(2)
     s = rng.normal(size=600)
     y = (rng.uniform(size=600) < 1 / (1 + np.exp(-s))).astype(float)
     plain = jaxcal.SmoothedIsotonic(n_buckets=60).fit(s, y)
-    cir = jaxcal.SmoothedIsotonic(n_buckets=60, rank_preserving=True).fit(s, y)
-    kx = np.asarray(cir.knots_x)
-    q = np.sort(s[(s > kx[0]) & (s < kx[-1])])
+    cir = jaxcal.SmoothedIsotonic(n_buckets=60, centered=True).fit(s, y)
+    kx, ky = np.asarray(cir.knots_x), np.asarray(cir.knots_y)
+    a, b = kx[ky == ky[0]].max(), kx[ky == ky[-1]].min()  # the ends of the flat stretches
+    q = np.sort(s[(s > a) & (s < b)])
     assert np.all(np.diff(np.asarray(cir.predict(q))) > 0)
     assert np.unique(np.asarray(cir.predict(s))).size >= np.unique(plain.predict(s)).size
+
+
+@pytest.mark.parametrize("increasing", [True, False])
+def test_centered_is_cir_of_the_buckets(increasing):
+    """CIR on the buckets: the definition's loop (``cir_oracle``) on the buckets' weighted
+    mean scores, mean targets and weights, then clipped to [0, 1]."""
+    rng = np.random.default_rng(5)
+    sign = 1.0 if increasing else -1.0
+    s = np.r_[np.round(rng.normal(size=300), 1), np.zeros(20)]
+    y = (rng.uniform(size=s.size) < 1 / (1 + np.exp(-2 * sign * s))).astype(float)
+    w = rng.uniform(0.2, 2.0, s.size)
+    cal = jaxcal.SmoothedIsotonic(n_buckets=25, increasing=increasing, centered=True)
+    fitted = cal.fit(s, y, sample_weight=w)
+    px, py = cir_oracle(*_buckets(sign * s, y, w, 25))
+    q = np.r_[s, np.linspace(-5, 5, 101)]
+    ref = np.interp(sign * q, px, np.clip(py, 0, 1))
+    np.testing.assert_allclose(np.asarray(fitted.predict(q)), ref, atol=TOL)
 
 
 def test_save_load_jit(tmp_path):
