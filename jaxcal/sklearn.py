@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxcal.calibrators.platt import PlattScaling
+
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin
     from sklearn.utils.multiclass import check_classification_targets
@@ -66,9 +68,7 @@ _PREFIX = "calibrator__"
 
 
 def _default_calibrator():
-    import jaxcal
-
-    return jaxcal.PlattScaling()
+    return PlattScaling()
 
 
 def _hyperparameters(calibrator: Any) -> dict[str, Any]:

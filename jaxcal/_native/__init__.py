@@ -1,6 +1,6 @@
 """jaxcal's optional compiled CPU kernels: weighted PAV and ENIR as XLA FFI handlers.
 
-The portable PAV (``jaxcal.calibrators._pav``) is a vectorised merge tree in pure JAX that
+The portable PAV (``jaxcal.fitting.pav``) is a vectorised merge tree in pure JAX that
 runs under ``jit`` and ``vmap`` on every backend. On a CPU, XLA's comparator sort and the
 merge tree's many small loop steps make it slower than scikit-learn's sequential Cython
 loop, so for XLA's *CPU* backend jaxcal also builds (at install, from ``pav_cpu.cc``) the
@@ -236,7 +236,7 @@ def _require() -> None:
     if not _register():
         raise RuntimeError(
             "jaxcal's compiled CPU kernel is not available (not built at install, or built "
-            "against an incompatible jaxlib); use jaxcal.calibrators._pav.pav instead."
+            "against an incompatible jaxlib); use jaxcal.fitting.pav.pav instead."
         )
 
 

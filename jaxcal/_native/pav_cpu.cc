@@ -1,6 +1,6 @@
 // Weighted pool-adjacent-violators (PAV) for XLA's CPU backend, as an XLA FFI handler.
 //
-// jaxcal's portable PAV (jaxcal/calibrators/_pav.py) is a vectorised merge tree in pure
+// jaxcal's portable PAV (jaxcal/fitting/pav.py) is a vectorised merge tree in pure
 // JAX: it runs inside jit and vmap on CPU, GPU and TPU. On a CPU the same problem is
 // better served by the classic sequential algorithm: XLA's CPU sort is a comparator-based
 // std::sort (about 70 ms for 1e6 int64 keys) and the merge tree's many small while-loop

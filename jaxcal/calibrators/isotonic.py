@@ -19,7 +19,7 @@ Stable public signatures (other modules build on them; do not change):
 
 exactly, by the weighted pool-adjacent-violators algorithm (Ayer et al. 1955; Barlow et al.
 1972): in CPU programs the compiled sequential kernel of ``jaxcal._native`` (an XLA FFI
-handler), elsewhere the pure-JAX merge tree of ``jaxcal.calibrators._pav``. Neither is a
+handler), elsewhere the pure-JAX merge tree of ``jaxcal.fitting.pav``. Neither is a
 host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied
 scores are pooled (one fitted value per tie class, as in scikit-learn). Clipping after PAV
 solves the bounded problem exactly (the clipped isotonic solution is the bounded isotonic
@@ -93,15 +93,15 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._isotonic_fit import (
+from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.fitting.isotonic import (
     check_centered,
     deprecated_centered_alias,
     is_float32,
     isotonic_knots,
     isotonic_regression,
 )
-from jaxcal.calibrators._knots import knot_map
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = [
     "isotonic_regression",

@@ -56,15 +56,15 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._isotonic_fit import (
+from jaxcal.calibrators._knots import knot_map, searchsorted
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.fitting.isotonic import (
     check_centered,
     cir_knots,
     deprecated_centered_alias,
     eager_kernel,
     pav_runs,
 )
-from jaxcal.calibrators._knots import knot_map, searchsorted
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = ["SmoothedIsotonic", "FittedSmoothedIsotonic", "negative_downsampling_correction"]
 

@@ -41,7 +41,7 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._validation import check_labels, check_probs, check_sample_weight
-from jaxcal.calibrators._isotonic_fit import isotonic_regression
+from jaxcal.fitting.isotonic import isotonic_regression
 from jaxcal.metrics._keys import key_from_parts, key_parts
 
 __all__ = ["CorpDecomposition", "CorpReliability", "corp_decomposition", "corp_reliability"]

@@ -146,7 +146,7 @@ def test_sort_resolves_keys_equal_in_all_but_the_last_bits(tie_class, grouped):
     """Scores 1 ulp apart share every bit the first packed sort pass sees (position bits take
     the rest of the 63), so only a further pass can order them: the order must be exactly
     np.lexsort's and the fit scikit-learn's, with classes of two and three such scores."""
-    from jaxcal.calibrators._pav import _sorted_runs
+    from jaxcal.fitting.pav import _sorted_runs
 
     rng = np.random.default_rng(tie_class)
     base = rng.uniform(-1e3, 1e3, 700)  # keys span ~63 bits: the low ones are left over
@@ -220,7 +220,7 @@ def test_monotone_and_tie_pooled(points, increasing):
 def test_elementwise_first_merge_level_equals_general_level(seed, n_groups, zero_weights):
     """The element-wise level 0 of the merge tree equals the general (gather-based) merge
     of that level, with groups, ties in the means and zero-weight runs."""
-    from jaxcal.calibrators._pav import _first_level, _merge_level
+    from jaxcal.fitting.pav import _first_level, _merge_level
 
     rng = np.random.default_rng(seed)
     size = 64

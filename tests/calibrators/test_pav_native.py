@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
 from jaxcal._native import ENV, pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
-from jaxcal.calibrators._isotonic_fit import isotonic_knots
-from jaxcal.calibrators._pav import pav
 from jaxcal.calibrators.isotonic import isotonic_regression
+from jaxcal.fitting.isotonic import isotonic_knots
+from jaxcal.fitting.pav import pav
 
 EXACT = 1e-9  # float64, as against scikit-learn elsewhere
 

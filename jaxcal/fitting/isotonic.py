@@ -20,7 +20,7 @@ from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
-from jaxcal.calibrators._pav import pav
+from jaxcal.fitting.pav import pav
 
 __all__ = [
     "isotonic_regression",
@@ -79,7 +79,7 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: 
     outputs that ``isotonic_regression`` does not return: ~25% less time at 1e6 points).
     ``increasing`` and the bounds are traced, so they share one compilation per shape.
     Both paths normalise the weights and give zero-weight points the interpolated map
-    between the clipped values of their neighbours (``jaxcal.calibrators._pav``).
+    between the clipped values of their neighbours (``jaxcal.fitting.pav``).
 
     ``kernel``: ``"cpu"`` (the compiled sequential PAV of ``jaxcal._native``),
     ``"portable"`` (the merge tree) or ``"auto"`` (the kernel in programs compiled for a CPU,
@@ -131,7 +131,7 @@ def isotonic_regression(
     sharing one value, then clips to ``[y_min, y_max]`` (exact for the bounded problem).
     Weighted PAV, ``O(n log n)``: in CPU programs the compiled sequential kernel
     (``jaxcal._native``, if built), elsewhere the pure-JAX merge tree
-    (``jaxcal.calibrators._pav``); ``jax.lax.platform_dependent`` picks per program.
+    (``jaxcal.fitting.pav``); ``jax.lax.platform_dependent`` picks per program.
 
     Called with concrete arrays it validates eagerly (``ValueError``); called on tracers
     (inside ``jit`` or ``vmap``) it trusts its inputs. Under ``vmap`` every batch row is an
