@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg
 from jax import lax
 
 from jaxcal._jit import jit
@@ -266,22 +267,8 @@ def _evaluate(pb: _Problems, Th: jax.Array):
 
 
 def spd_solve(A: jax.Array, b: jax.Array) -> jax.Array:
-    """``A^{-1} b`` for a small symmetric positive definite ``A`` by Gauss-Jordan
-    elimination without pivoting (stable for SPD matrices), in plain XLA operations: a
-    LAPACK call would tie the program to kernels that a program loaded from jaxcal's disk
-    cache of compiled programs does not register."""
-    n = A.shape[0]
-    eye = jnp.eye(n, dtype=A.dtype)
-
-    def step(k, carry):
-        A, b = carry
-        pivot = A[k, k]
-        pivot = jnp.where(pivot > 0, pivot, jnp.finfo(A.dtype).tiny)
-        row, bk = A[k] / pivot, b[k] / pivot
-        col = A[:, k] - eye[k]  # eliminate column k from every other row, normalise row k
-        return A - col[:, None] * row[None, :], b - col * bk
-
-    return lax.fori_loop(0, n, step, (A, b))[1]
+    """``A^{-1} b`` for a symmetric positive definite ``A`` (Cholesky)."""
+    return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A), b)
 
 
 def _direction(theta, g, H, bounded):
