@@ -24,7 +24,11 @@ setup(
     ext_modules=[
         Extension(
             "jaxcal._native._pav_cpu",
-            sources=["jaxcal/_native/pav_cpu.cc", "jaxcal/_native/enir_cpu.cc"],
+            sources=[
+                "jaxcal/_native/pav_cpu.cc",
+                "jaxcal/_native/enir_cpu.cc",
+                "jaxcal/_native/ridge_cpu.cc",
+            ],
             depends=["jaxcal/_native/workspace_lease.h"],
             include_dirs=[_xla_ffi_include()],
             language="c++",

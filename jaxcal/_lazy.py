@@ -1,4 +1,5 @@
-"""Lazy re-exports for subpackage ``__init__`` modules (keeps imports cheap)."""
+"""Lazy re-exports for subpackage ``__init__`` modules, methods and modules imported on first
+use (keeps imports cheap)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,21 @@ class lazy_method:
     def __get__(self, obj: object, owner: type | None = None) -> Callable:
         fun = getattr(importlib.import_module(self._module), self._name)
         return fun if obj is None else functools.partial(fun, obj)
+
+
+class lazy_module:
+    """A module imported on first attribute access.
+
+    ``numpyro = lazy_module("numpyro")`` at the top of a module that only needs NumPyro in
+    its Bayesian methods keeps that module's import free of NumPyro (about a second): the
+    score models' point fits never touch it.
+    """
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"

@@ -117,3 +117,19 @@ def test_metrics_names_compute_known_values():
 def test_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute"):
         jaxcal.no_such_thing  # noqa: B018
+
+
+def test_rating_names_compute_known_values():
+    """The explicit-rating names: a simulation whose ratings its own thresholds reproduce, an
+    exact three-way split, and metrics with closed-form values."""
+    sim = jaxcal.data.simulate_ratings("sd2", n_users=30, n_items=40, density=0.3, seed=0)
+    x = sim.ratings
+    cuts = sim.thresholds[sim.segment[x.user]]
+    assert np.array_equal(x.rating, 1 + (sim.latent[:, None] >= cuts).sum(1))
+    parts = jaxcal.data.split_ratings(x, validation=0.1, test=0.2, seed=0)
+    assert sum(p.size for p in parts) == x.size
+    assert abs(float(jaxcal.metrics.rating_mse([1, 3], [2.0, 3.0])) - 0.5) < 1e-6
+    assert abs(float(jaxcal.metrics.rating_mae([1, 3], [2.0, 5.0])) - 1.5) < 1e-6
+    mean, per_user = jaxcal.metrics.kendall_tau_per_user([0, 0, 0], [1, 2, 3], [3.0, 2.0, 1.0])
+    assert float(mean) == -1.0 and per_user.shape == (1,)
+    assert callable(jaxcal.data.load_movielens) and callable(jaxcal.data.fetch_movielens)

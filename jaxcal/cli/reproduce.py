@@ -10,6 +10,7 @@ import importlib.util
 STUDIES = {
     "kweon2022": "jaxcal.reproduce.kweon2022",
     "borisov2018": "jaxcal.reproduce.borisov2018",
+    "hiranandani2019": "jaxcal.reproduce.hiranandani2019",
 }
 
 

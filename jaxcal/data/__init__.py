@@ -1,5 +1,6 @@
-"""Data: simulators with known ground truth, real-data loaders (Coat, Yahoo!R3, triples)
-and the preprocessing of implicit feedback (binarisation, hold-outs, negative sampling)."""
+"""Data: simulators with known ground truth, real-data loaders (Coat, Yahoo!R3, MovieLens,
+triples), rating splits, and the preprocessing of implicit feedback (binarisation, hold-outs,
+negative sampling)."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -25,5 +26,13 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "calibration_pairs": "jaxcal.data.preprocessing",
         "CalibrationPairs": "jaxcal.data.preprocessing",
         "YahooR3Data": "jaxcal.data.yahoo",
+        # explicit ratings (jaxcal/data/ratings.py, movielens.py)
+        "simulate_ratings": "jaxcal.data.ratings",
+        "RatingSimulation": "jaxcal.data.ratings",
+        "split_ratings": "jaxcal.data.ratings",
+        "load_movielens": "jaxcal.data.movielens",
+        "fetch_movielens": "jaxcal.data.movielens",
+        "MovieLensData": "jaxcal.data.movielens",
+        "default_cache_dir": "jaxcal.data._download",
     },
 )

@@ -12,22 +12,15 @@ Treatments: Debiasing Learning and Evaluation. ICML 2016. Research use; cite the
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import tarfile
-import tempfile
-import urllib.request
-import zipfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from jaxcal._progress import log
-from jaxcal.data._paths import default_data_dir
+from jaxcal.data._download import DataSource, data_folder, fetch_archive
 
-__all__ = ["CoatData", "load_coat", "fetch_coat", "COAT_URL", "COAT_SHAPE"]
+__all__ = ["CoatData", "load_coat", "fetch_coat", "COAT_URL", "COAT_SHAPE", "URL_ENV"]
 
 COAT_URL = "https://www.cs.cornell.edu/~schnabts/mnar/coat.zip"
 """The authors' archive (linked from https://www.cs.cornell.edu/~schnabts/mnar/)."""
@@ -36,6 +29,10 @@ COAT_SHAPE = (290, 300)
 _N_USER_FEATURES = 14
 _N_ITEM_FEATURES = 33
 _ENV = "JAXCAL_DATA_DIR"
+URL_ENV = "JAXCAL_COAT_URL"
+"""Environment variable that replaces :data:`COAT_URL` for the download of ``load_coat()``
+(e.g. a mirror)."""
+_SOURCE = DataSource("coat", "coat", "train.ascii", COAT_URL, URL_ENV, "Coat")
 
 
 class CoatData(NamedTuple):
@@ -61,7 +58,7 @@ class CoatData(NamedTuple):
     item_feature_names: list[str]
 
 
-def _hint(path: Path) -> str:
+def _hint(path: Path | None = None) -> str:
     return (
         f"Point load_coat(path=...) or ${_ENV} (currently "
         f"{os.environ.get(_ENV, 'unset')!r}) at the Coat data, or download it with "
@@ -117,16 +114,26 @@ def _read_names(path: Path, n: int, root: Path) -> list[str]:
     return names
 
 
-def load_coat(path: str | os.PathLike | None = None) -> CoatData:
+def load_coat(path: str | os.PathLike | None = None, *, download: bool = True) -> CoatData:
     """Load the Coat data set from a directory.
 
     The directory holds ``train.ascii``, ``test.ascii``, ``propensities.ascii`` (each 290 x
     300, whitespace-separated) and ``user_item_features/{user,item}_features{.ascii,_map.txt}``,
     as in the authors' archive.
 
+    Without ``path``, the data directory's ``coat`` folder is read if it holds Coat;
+    otherwise (a fresh machine), with ``download=True``, Coat is fetched once into the user
+    cache (:func:`fetch_coat`: ``$JAXCAL_CACHE_DIR``, else ``~/.cache/jaxcal``; from
+    ``$JAXCAL_COAT_URL`` if set, else :data:`COAT_URL`) and read from there; later calls
+    read the cached copy without touching the network. An explicit ``path`` is never
+    replaced by a download.
+
     Args:
         path: the Coat directory; default ``default_data_dir() / "coat"`` (the data
-            directory is ``$JAXCAL_DATA_DIR``; see :func:`jaxcal.data.default_data_dir`).
+            directory is ``$JAXCAL_DATA_DIR``; see :func:`jaxcal.data.default_data_dir`),
+            then the user cache.
+        download: without ``path``, fetch Coat into the user cache when the data directory
+            has none (``False``: raise instead).
 
     Returns:
         A :class:`CoatData` of NumPy arrays.
@@ -135,6 +142,7 @@ def load_coat(path: str | os.PathLike | None = None) -> CoatData:
         ValueError: a file is missing, has the wrong shape, holds non-numeric or non-finite
             values, ratings outside the integers 0..5, propensities outside (0, 1], or
             features that are not 0/1. The message names the file and ``$JAXCAL_DATA_DIR``.
+            Also a failed download (no ``path``, no Coat in the data directory).
 
     Example (reads ``$JAXCAL_DATA_DIR/coat``):
         >>> import jaxcal
@@ -142,7 +150,7 @@ def load_coat(path: str | os.PathLike | None = None) -> CoatData:
         >>> coat.train.shape, int((coat.train > 0).sum(1)[0])
         ((290, 300), 24)
     """
-    root = Path(path) if path is not None else default_data_dir() / "coat"
+    root = data_folder(_SOURCE, path, fetch_coat, download=download, hint=_hint())
     if not root.is_dir():
         raise ValueError(f"Coat directory {root} does not exist. {_hint(root)}")
     train = _read_ratings(root / "train.ascii", root)
@@ -168,52 +176,8 @@ def load_coat(path: str | os.PathLike | None = None) -> CoatData:
 # --------------------------------------------------------------------------- download
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _safe_member(name: str) -> bool:
-    p = PurePosixPath(name.replace("\\", "/"))
-    return not p.is_absolute() and ".." not in p.parts
-
-
-def _unpack(archive: Path, dest: Path) -> None:
-    """Unpack a zip or tar archive into ``dest``, refusing paths that escape it."""
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            bad = [n for n in zf.namelist() if not _safe_member(n)]
-            if bad:
-                raise ValueError(f"archive {archive} has unsafe member paths, e.g. {bad[0]!r}.")
-            zf.extractall(dest)
-    elif tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as tf:
-            members = tf.getmembers()
-            bad = [
-                m.name for m in members if not _safe_member(m.name) or not (m.isfile() or m.isdir())
-            ]
-            if bad:
-                raise ValueError(f"archive {archive} has unsafe members, e.g. {bad[0]!r}.")
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.10.12
-                tf.extractall(dest, members=members, filter="data")
-            else:  # pragma: no cover - members were checked above
-                tf.extractall(dest, members=members)
-    else:
-        raise ValueError(f"{archive} is neither a zip nor a tar archive.")
-
-
-def _find_coat_dir(root: Path) -> Path:
-    hits = sorted(p.parent for p in root.rglob("train.ascii"))
-    if not hits:
-        raise ValueError(f"the downloaded archive has no train.ascii (unpacked in {root}).")
-    return hits[0]
-
-
 def fetch_coat(
-    cache_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
     *,
     url: str = COAT_URL,
     sha256: str | None = None,
@@ -238,7 +202,8 @@ def fetch_coat(
     Archive members with absolute paths or ``..`` are refused.
 
     Args:
-        cache_dir: directory for the archive and its unpacked copy (created if needed).
+        cache_dir: directory for the archive and its unpacked copy (created if needed);
+            default ``$JAXCAL_CACHE_DIR``, else ``~/.cache/jaxcal``.
         url: where to download from; default the authors' ``coat.zip``
             (https://www.cs.cornell.edu/~schnabts/mnar/coat.zip).
         sha256: expected hex SHA-256 of the archive, or ``None`` (trust on first use).
@@ -255,72 +220,9 @@ def fetch_coat(
     Example (downloads from the authors' page, so it is skipped when the examples are
     tested):
         >>> import jaxcal
-        >>> path = jaxcal.data.fetch_coat("~/.cache/jaxcal")  # doctest: +SKIP
+        >>> path = jaxcal.data.fetch_coat()  # doctest: +SKIP
         >>> coat = jaxcal.data.load_coat(path)  # doctest: +SKIP
     """
-    cache = Path(cache_dir).expanduser()
-    cache.mkdir(parents=True, exist_ok=True)
-    name = PurePosixPath(urllib.request.urlparse(url).path).name or "coat.zip"
-    archive = cache / name
-    record = cache / f"{name}.sha256"
-    unpacked = cache / "coat_unpacked"
-    if sha256 is not None:
-        sha256 = sha256.strip().lower()
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise ValueError(f"sha256 must be 64 hex digits; got {sha256!r}.")
-
-    if archive.is_file():
-        expected = sha256 or (record.read_text().strip() if record.is_file() else None)
-        actual = _sha256(archive)
-        if expected is None or actual == expected:
-            if not unpacked.is_dir() or not any(unpacked.rglob("train.ascii")):
-                shutil.rmtree(unpacked, ignore_errors=True)
-                _unpack(archive, unpacked)
-            if expected is None:
-                record.write_text(actual + "\n")
-            coat_dir = _find_coat_dir(unpacked)
-            load_coat(coat_dir)  # validates the cached copy
-            return coat_dir
-        log(
-            f"fetch_coat: cached {archive} has SHA-256 {actual}, expected {expected}; "
-            "downloading again.",
-            quiet=quiet,
-        )
-        archive.unlink()
-        shutil.rmtree(unpacked, ignore_errors=True)
-
-    log(f"fetch_coat: downloading {url}", quiet=quiet)
-    digest = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(dir=cache, prefix=".download-")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    for block in iter(lambda: response.read(1 << 16), b""):
-                        digest.update(block)
-                        out.write(block)
-            except OSError as exc:  # URLError, HTTPError, timeouts are OSErrors
-                raise ValueError(f"could not download {url}: {exc}") from exc
-        actual = digest.hexdigest()
-        if sha256 is not None and actual != sha256:
-            raise ValueError(
-                f"checksum mismatch for {url}: expected SHA-256 {sha256}, got {actual}. "
-                "The file was not cached."
-            )
-        os.replace(tmp, archive)
-    finally:
-        tmp.unlink(missing_ok=True)
-    record.write_text(actual + "\n")
-    log(f"fetch_coat: SHA-256 {actual} ({'verified' if sha256 else 'recorded'})", quiet=quiet)
-    shutil.rmtree(unpacked, ignore_errors=True)
-    try:
-        _unpack(archive, unpacked)
-        coat_dir = _find_coat_dir(unpacked)
-        load_coat(coat_dir)
-    except ValueError:
-        shutil.rmtree(unpacked, ignore_errors=True)
-        archive.unlink(missing_ok=True)
-        record.unlink(missing_ok=True)
-        raise
-    return coat_dir
+    return fetch_archive(
+        _SOURCE, cache_dir, url, validate=load_coat, sha256=sha256, timeout=timeout, quiet=quiet
+    )

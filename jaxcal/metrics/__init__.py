@@ -3,7 +3,8 @@ field-level calibration (Pan et al. 2020), ECE estimators, CORP reliability curv
 decompositions (Dimitriadis et al. 2021), calibration tests (SKCE, Spiegelhalter's z), and
 per-user ranking metrics
 (``ndcg_at_k``, ``recall_at_k``; the per-user AUC is ``jaxcal.metrics.ranking.auc``, apart
-from the pooled binary ``auc``)."""
+from the pooled binary ``auc``), and metrics of explicit-rating predictions (``rating_mse``,
+``rating_mae``, ``kendall_tau_per_user``)."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -30,5 +31,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "corp_reliability": "jaxcal.metrics.corp",
         "skce": "jaxcal.metrics.calibration_tests",
         "spiegelhalter_z": "jaxcal.metrics.calibration_tests",
+        "rating_mse": "jaxcal.metrics.ratings",
+        "rating_mae": "jaxcal.metrics.ratings",
+        "kendall_tau_per_user": "jaxcal.metrics.ratings",
     },
 )

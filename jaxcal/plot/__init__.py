@@ -14,5 +14,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "posterior_map": "jaxcal.plot.bayes",
         "reliability_by_rank_diagram": "jaxcal.plot.clicks",
         "corp_reliability": "jaxcal.plot.corp",
+        "rating_transforms": "jaxcal.plot.ratings",
     },
 )

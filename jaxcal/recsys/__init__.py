@@ -24,5 +24,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "NeuMFModel": "jaxcal.recsys.ncf",
         "PopularityModel": "jaxcal.recsys.popularity",
         "propagate": "jaxcal.recsys.lightgcn",
+        "CMTRF": "jaxcal.recsys.cmtrf",
+        "CMTRFModel": "jaxcal.recsys.cmtrf",
+        "MMC": "jaxcal.recsys.mmc",
+        "MMCModel": "jaxcal.recsys.mmc",
     },
 )

@@ -11,18 +11,12 @@ from jax.typing import ArrayLike
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.recsys._train import check_indices
 
-__all__ = ["FactorModel", "DistanceModel"]
+__all__ = ["FactorModel", "DistanceModel", "FactorSizes"]
 
 
-@dataclasses.dataclass(frozen=True)
-class _EmbeddingModel:
-    """User and item vectors; subclasses say how a pair of vectors scores
-    (``_pair_scores``: row by row, ``_all_scores``: every user row against every item row)."""
-
-    user_factors: jax.Array
-    item_factors: jax.Array
-    train_loss: jax.Array
-    trainer: str = static_field(default="")
+class FactorSizes:
+    """``n_users`` / ``n_items`` of a fitted model holding ``user_factors`` and
+    ``item_factors`` (``[..., n, dim]``)."""
 
     @property
     def n_users(self) -> int:
@@ -31,6 +25,17 @@ class _EmbeddingModel:
     @property
     def n_items(self) -> int:
         return self.item_factors.shape[-2]
+
+
+@dataclasses.dataclass(frozen=True)
+class _EmbeddingModel(FactorSizes):
+    """User and item vectors; subclasses say how a pair of vectors scores
+    (``_pair_scores``: row by row, ``_all_scores``: every user row against every item row)."""
+
+    user_factors: jax.Array
+    item_factors: jax.Array
+    train_loss: jax.Array
+    trainer: str = static_field(default="")
 
     def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
         """Ranking scores of ``(users, items)`` (integer ids, broadcast together)."""

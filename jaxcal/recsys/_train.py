@@ -198,6 +198,30 @@ def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
     return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
 
 
+def check_host_ids(users, items, n_users: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """Concrete ids validated on the host (no device op of the caller's shape), broadcast
+    together.
+
+    Raises:
+        ValueError: non-integer ids, ids outside ``[0, n)``, or shapes that do not broadcast.
+    """
+    out = []
+    for name, ids, n in (("users", users, n_users), ("items", items, n_items)):
+        arr = np.asarray(ids)
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be integer ids; got dtype {arr.dtype}.")
+        if arr.size and (arr.min() < 0 or arr.max() >= n):
+            raise ValueError(f"{name} ids must lie in [0, {n}); got [{arr.min()}, {arr.max()}].")
+        out.append(arr)
+    try:
+        u, i = np.broadcast_arrays(*out)
+    except ValueError as exc:
+        raise ValueError(
+            f"users {out[0].shape} and items {out[1].shape} do not broadcast."
+        ) from exc
+    return u, i
+
+
 def check_indices(users: ArrayLike, items: ArrayLike, n_users: int, n_items: int):
     """Validate concrete user / item ids for ``score``; tracers pass through (inside jit)."""
     out = []

@@ -31,10 +31,10 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal._lazy import lazy_method
 from jaxcal._pytree import join_hyperparameters, split_hyperparameters
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_fit_inputs
-from jaxcal.bayes.scoremodel import fit_scoremodel_bayes
 
 __all__ = ["ScoreModel", "class_prior", "logit_prior", "weighted_moments"]
 
@@ -148,4 +148,5 @@ class ScoreModel:
     #: :func:`jaxcal.bayes.scoremodel.fit_scoremodel_bayes` with this score model: a posterior
     #: over the class prior and class-conditional parameters (NUTS or SVI), returned as a
     #: :class:`~jaxcal.bayes.scoremodel.ScoreModelPosterior`.
-    fit_bayes = functools.partialmethod(fit_scoremodel_bayes)
+    #: (imported on first use: NumPyro is not needed by the point fits).
+    fit_bayes = lazy_method("jaxcal.bayes.scoremodel", "fit_scoremodel_bayes")

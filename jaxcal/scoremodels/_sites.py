@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpyro
-import numpyro.distributions as dist
 from jax.typing import ArrayLike
-from numpyro.distributions import constraints
+
+from jaxcal._lazy import lazy_module
+
+numpyro = lazy_module("numpyro")  # imported when a Bayesian model runs
+dist = lazy_module("numpyro.distributions")
+constraints = lazy_module("numpyro.distributions.constraints")
 
 __all__ = ["bounded_site", "observe_labels", "observe_log_density", "observe_scores", "prior_site"]
 

@@ -20,13 +20,15 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpyro
-import numpyro.distributions as dist
 from jax.typing import ArrayLike
 
+from jaxcal._lazy import lazy_module
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
 from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
+
+numpyro = lazy_module("numpyro")  # imported by the Bayesian methods only
+dist = lazy_module("numpyro.distributions")
 
 __all__ = [
     "GaussianParams",

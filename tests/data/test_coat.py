@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import shutil
-import threading
 import zipfile
 from pathlib import Path
 
@@ -79,7 +76,7 @@ def _copy(coat_dir: Path, dest: Path) -> Path:
 def test_missing_file_error_names_file_and_env(coat_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("JAXCAL_DATA_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(ValueError, match="JAXCAL_DATA_DIR"):
-        load_coat()
+        load_coat(download=False)
     d = _copy(coat_dir, tmp_path / "coat")
     (d / "test.ascii").unlink()
     with pytest.raises(ValueError, match=r"test\.ascii.*missing.*JAXCAL_DATA_DIR"):
@@ -109,41 +106,19 @@ def test_malformed_files_raise(coat_dir, tmp_path, fname, corrupt, msg):
 # ----------------------------------------------------------------- fetch_coat over HTTP
 
 
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self):  # noqa: N802 - http.server API
-        type(self).hits.append(self.path)
-        super().do_GET()
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-
 @pytest.fixture
-def server(coat_dir, tmp_path):
-    """A bounded local HTTP server on 127.0.0.1 serving coat.zip built from the shared copy."""
+def server(coat_dir, tmp_path, http_root):
+    """A local HTTP server (tests/data/conftest.py) serving coat.zip built from the shared
+    copy."""
     root = tmp_path / "www"
     root.mkdir()
     with zipfile.ZipFile(root / "coat.zip", "w", zipfile.ZIP_DEFLATED) as zf:
         for p in sorted(coat_dir.rglob("*")):
             if p.is_file():
                 zf.write(p, Path("coat") / p.relative_to(coat_dir))
-    handler = type("Handler", (_Handler,), {"hits": []})
-    httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
-    )
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/coat.zip"
-        digest = hashlib.sha256((root / "coat.zip").read_bytes()).hexdigest()
-        yield url, digest, handler.hits
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
-        assert not thread.is_alive()
+    base, hits = http_root(root)
+    digest = hashlib.sha256((root / "coat.zip").read_bytes()).hexdigest()
+    return f"{base}/coat.zip", digest, hits
 
 
 def test_fetch_coat_downloads_verifies_and_caches(server, coat_dir, tmp_path):
@@ -196,3 +171,36 @@ def test_fetch_coat_bad_url_and_bad_archive(server, tmp_path):
     with pytest.raises(ValueError, match="unsafe"):
         fetch_coat(tmp_path / "c3", url=url.replace("coat.zip", "evil.zip"), quiet=True)
     assert not (tmp_path / "escape.txt").exists()
+
+
+# ------------------------------------------------- load_coat() on a machine without Coat
+
+
+def test_load_coat_fetches_into_the_cache_when_the_data_dir_has_none(
+    server, coat_dir, tmp_path, monkeypatch
+):
+    url, digest, hits = server
+    monkeypatch.setenv("JAXCAL_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("JAXCAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXCAL_COAT_URL", url)
+    coat = load_coat()
+    assert hits == ["/coat.zip"]
+    np.testing.assert_array_equal(coat.train, load_coat(coat_dir).train)
+    assert (tmp_path / "cache" / "coat.zip.sha256").read_text().strip() == digest
+    # the second call reads the cached copy: no request
+    np.testing.assert_array_equal(load_coat().test, coat.test)
+    assert hits == ["/coat.zip"]
+    # an explicit path is never replaced by a download
+    with pytest.raises(ValueError, match="does not exist"):
+        load_coat(tmp_path / "empty" / "coat")
+    assert hits == ["/coat.zip"]
+
+
+def test_load_coat_failed_download_names_the_data_dir(server, tmp_path, monkeypatch):
+    url, _, hits = server
+    monkeypatch.setenv("JAXCAL_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("JAXCAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXCAL_COAT_URL", url.replace("coat.zip", "missing.zip"))
+    with pytest.raises(ValueError, match=r"(?s)could not be downloaded.*JAXCAL_DATA_DIR"):
+        load_coat()
+    assert hits == ["/missing.zip"]

@@ -404,3 +404,26 @@ def test_support_errors():
         GaussianScoreModel().fit(s, np.zeros(N))
     with pytest.raises(ValueError, match="non-finite"):
         GaussianScoreModel().fit(np.full(N, np.nan), y)
+
+
+def test_point_fits_do_not_import_numpyro():
+    """The generative point fits of the score-model calibrators (and a score model's own MLE)
+    run without importing NumPyro; ``fit_bayes`` imports it on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, jaxcal\n"
+        "from jaxcal.scoremodels import GammaScoreModel\n"
+        "rng = np.random.default_rng(0); y = rng.uniform(size=200) < 0.5\n"
+        "s = rng.gamma(2.0, 1.0, size=200) + y\n"
+        "for c in (jaxcal.GaussianCalibration, jaxcal.GammaCalibration, "
+        "jaxcal.ExponentialCalibration):\n"
+        "    c(method='generative').fit(s, y).predict(s)\n"
+        "GammaScoreModel().fit(s, y)\n"
+        "print('numpyro' in sys.modules)\n"
+        "GammaScoreModel().fit_bayes\n"
+        "print('numpyro' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

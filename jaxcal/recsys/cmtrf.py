@@ -1,0 +1,451 @@
+r"""CMTRF: clustered monotone transforms for rating factorisation (Hiranandani, Somani,
+Koyejo and Acharyya, WSDM 2019), with a grid of ridge penalties and seeds trained in one
+program and chosen on validation ratings. See ``docs/cmtrf.md`` and
+``jaxcal.recsys._cmtrf_core`` for the formulas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcal import _shapes
+from jaxcal._jit import jit
+from jaxcal._native import ridge_cpu_available
+from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal.data.triples import Interactions
+from jaxcal.recsys import _cmtrf_core as core
+from jaxcal.recsys._fitted import FactorSizes
+from jaxcal.recsys._train import _check_int, check_host_ids, check_indices
+
+__all__ = ["CMTRF", "CMTRFModel"]
+
+_TRANSFORMS = ("none", "global", "per_user", "clustered")
+_LOSSES = ("squared", "poisson")
+#: bytes of per-pair work arrays one grid point may use before the grid is chunked
+_GRID_MEMORY = 1 << 30
+#: rating matrices of at most this many cells (padded) are handled densely in the ALS
+#: half-steps (one matrix product per Gram batch instead of per-pair scatters)
+_DENSE_CELLS = 1 << 23
+
+
+def _positive_grid(value, name: str) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(value, dtype=float))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a positive number or a non-empty 1-D sequence.")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be finite and > 0; got {value!r}.")
+    return arr
+
+
+def _check_ratings(data, name: str, n_levels: int | None) -> Interactions:
+    if not isinstance(data, Interactions):
+        raise ValueError(
+            f"{name} must be jaxcal.data.Interactions (explicit ratings 1..L); got "
+            f"{type(data).__name__}. Build it with Interactions.create or .from_dense."
+        )
+    r = np.asarray(data.rating)
+    if r.size == 0:
+        raise ValueError(f"{name} holds no ratings.")
+    if r.dtype.kind not in "iu" and not np.all(r == np.round(r)):
+        raise ValueError(f"{name} ratings must be integers 1..L; got non-integer values.")
+    top = n_levels if n_levels is not None else int(r.max())
+    if r.min() < 1 or r.max() > top:
+        raise ValueError(
+            f"{name} ratings must lie in 1..{top}; got range [{int(r.min())}, {int(r.max())}]."
+        )
+    for ids, n, side in ((data.user, data.n_users, "user"), (data.item, data.n_items, "item")):
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise ValueError(f"{name} {side} ids must lie in [0, {n}).")
+    return data
+
+
+def _pairs(rows, cols, ratings, size: int, sort: bool) -> core.Pairs:
+    """Pairs sorted by ``rows`` (if ``sort``), padded to ``size`` with zero weights (row and
+    column ids of the padding: the largest row id, so the rows stay sorted)."""
+    rows, cols, ratings = (np.asarray(a, np.int64) for a in (rows, cols, ratings))
+    if sort:
+        order = np.lexsort((cols, rows))
+        rows, cols, ratings = rows[order], cols[order], ratings[order]
+    fill_row = int(rows.max(initial=0))
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)
+    out = _shapes.pad_rows(
+        size,
+        rows.astype(np.int32),
+        cols.astype(np.int32),
+        (ratings - 1).astype(np.int32),
+        np.ones(rows.size, dtype),
+        fills=[fill_row, 0, 0, 0],
+    )
+    return core.Pairs(*(jax.device_put(a) for a in out))
+
+
+@functools.partial(jit, static_argnames=("loss", "clip"))
+def _predict(state: core.State, users, items, *, loss: str, clip: bool):
+    pred = core.predict_ratings(state, users, items, loss=loss)
+    n_levels = state.transforms.shape[-1]
+    return jnp.clip(pred, 1.0, n_levels) if clip else pred
+
+
+@jit
+def _scores(state: core.State, users, items):
+    return core.scores(state, users, items)
+
+
+@pytree_dataclass
+class CMTRFModel(FactorSizes):
+    r"""A fitted CMTRF model (immutable pytree; ``jaxcal.save`` / ``jaxcal.load``).
+
+    Attributes:
+        user_factors: ``[n_users, rank]`` user factors :math:`x_u`.
+        item_factors: ``[n_items, rank]`` item factors :math:`y_i`.
+        user_bias: ``[n_users]`` user biases :math:`b_u` (zeros unless ``biases=True``).
+        item_bias: ``[n_items]`` item biases :math:`c_i`.
+        offset: the global offset :math:`\mu` (0 with ``offset=False``).
+        transforms: ``[G, L]`` learned transforms :math:`z_g[r]` of the rating scale.
+        group: ``[n_users]`` each user's transform row.
+        l2_user, l2_item: the chosen ridge penalties.
+        validation_mse: ``[n_sweeps]`` validation MSE after each sweep of the chosen grid
+            point (``nan`` after early stopping; ``clustered``: the clustered phase).
+        pretrain_validation_mse: ``[n_sweeps]`` the same for the per-user phase of
+            ``clustered`` (``nan`` otherwise).
+        best_sweep: the (0-based) sweep whose parameters were kept.
+        grid_validation_mse: ``[n_l2_user, n_l2_item, n_seeds]`` best validation MSE of
+            every grid point.
+        l2_user_grid, l2_item_grid: the grid's penalties.
+        loss, transform, epsilon, anchor: the model's settings.
+    """
+
+    user_factors: jax.Array
+    item_factors: jax.Array
+    user_bias: jax.Array
+    item_bias: jax.Array
+    transforms: jax.Array
+    group: jax.Array
+    l2_user: jax.Array
+    l2_item: jax.Array
+    validation_mse: jax.Array
+    pretrain_validation_mse: jax.Array
+    best_sweep: jax.Array
+    grid_validation_mse: jax.Array
+    offset: jax.Array
+    l2_user_grid: jax.Array
+    l2_item_grid: jax.Array
+    loss: str = static_field(default="squared")
+    transform: str = static_field(default="global")
+    epsilon: float = static_field(default=0.5)
+    anchor: bool = static_field(default=True)
+
+    @property
+    def n_levels(self) -> int:
+        return self.transforms.shape[-1]
+
+    def _state(self) -> core.State:
+        return core.State(
+            self.user_factors,
+            self.item_factors,
+            self.user_bias,
+            self.item_bias,
+            self.transforms,
+            self.group,
+            self.offset,
+        )
+
+    def _call(self, fn, users, items, **kwargs) -> jax.Array:
+        if _shapes.is_traced(users, items):
+            u, i = check_indices(users, items, self.n_users, self.n_items)
+            return fn(self._state(), u, i, **kwargs)
+        u, i = check_host_ids(users, items, self.n_users, self.n_items)
+        shape = np.broadcast_shapes(np.shape(u), np.shape(i))
+        u, i = (np.broadcast_to(np.asarray(a), shape).reshape(-1) for a in (u, i))
+        n = u.size
+        size = _shapes.padded_size(max(n, 1))
+        u, i = (_shapes.pad_axis(a.astype(np.int32), size, 0) for a in (u, i))
+        return _shapes.unpad(fn(self._state(), u, i, **kwargs), n, shape)
+
+    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        r"""Natural parameters :math:`\theta_{ui} = \langle x_u, y_i \rangle + b_u + c_i + \mu`
+        (monotone in the predicted rating: usable for ranking)."""
+        return self._call(_scores, users, items)
+
+    def predict(self, users: ArrayLike, items: ArrayLike, *, clip: bool = False) -> jax.Array:
+        r"""Predicted ratings: :math:`f(\theta_{ui})` mapped through the inverse of the user's
+        transform (piecewise linear through :math:`(z_r, r)`, extended linearly beyond the
+        ends). Not clipped to ``[1, L]`` unless ``clip=True`` (the reference code does not
+        clip)."""
+        return self._call(_predict, users, items, loss=self.loss, clip=bool(clip))
+
+
+@dataclasses.dataclass(frozen=True)
+class CMTRF:
+    r"""Rating factorisation up to learned monotone transforms of the rating scale (CMTRF).
+
+    Hiranandani, Somani, Koyejo and Acharyya, "Clustered Monotone Transforms for Rating
+    Factorization", WSDM 2019. A rating :math:`r_{ui} \in 1..L` is fitted through a
+    transform :math:`z_{g(u)}[r]` with gaps :math:`\ge \varepsilon`: learned for all users
+    (``transform="global"``), per user (``"per_user"``), per cluster of users
+    (``"clustered"``: k-means over the per-user transforms, then users reassigned by
+    training loss) or not at all (``"none"``: ridge matrix factorisation of the raw
+    ratings). The factors minimise :math:`\sum D_\phi(z \,\|\, f(\theta)) +
+    \tfrac{\lambda_u}{2}\sum_u\lVert x_u\rVert^2 + \tfrac{\lambda_i}{2}\sum_i\lVert
+    y_i\rVert^2` by ALS (penalties not scaled by counts), alternating with the exact
+    transform step. ``anchor=True`` fixes :math:`z[1] = 1`, :math:`z[L] = L`, which makes
+    the transform's shape identifiable (without it every gap collapses to
+    :math:`\varepsilon`; ``docs/cmtrf.md``).
+
+    ``l2_user`` / ``l2_item`` may be sequences: every ``(l2_user, l2_item, seed)`` point of
+    the grid is trained in one ``vmap``-ped program, and the point with the lowest
+    validation MSE is kept.
+
+    Args:
+        transform: ``"none"``, ``"global"``, ``"per_user"`` or ``"clustered"``.
+        rank: number of factors :math:`d`.
+        n_clusters: clusters of ``"clustered"``.
+        epsilon: smallest gap :math:`\varepsilon` between consecutive levels (> 0; at most
+            1 with ``anchor``).
+        l2_user, l2_item: ridge penalties (> 0), a number or a sequence (the grid).
+        loss: ``"squared"`` or ``"poisson"`` (generalised I-divergence, :math:`f = \exp`).
+        anchor: fix the end levels of the transform at :math:`1` and :math:`L`.
+        biases: add user and item biases :math:`b_u + c_i` to :math:`\theta` (penalised with
+            the same ridge as their side's factors).
+        offset: add a global offset :math:`\mu` to :math:`\theta` (not penalised; refitted
+            exactly after every sweep). ``offset=False, anchor=False`` is the authors' model.
+        n_sweeps: most ALS sweeps (per phase for ``"clustered"``).
+        patience: stop after this many sweeps without a better validation MSE.
+        n_seeds: random initialisations per penalty pair (part of the grid).
+        n_levels: the rating scale ``L`` (default: the largest rating seen).
+        validation_fraction: share of the training ratings held out (by ``key``) for early
+            stopping and the grid choice when ``fit`` gets no ``validation``.
+        init_scale: standard deviation of the initial item factors.
+        n_newton: Newton steps per half-step (``loss="poisson"``).
+        grid_batch_size: grid points per ``vmap`` chunk (default: as many as fit in about
+            1 GiB of work arrays).
+        dense: solve the ALS half-steps on dense ``[n_users, n_items]`` rating matrices
+            (matrix products) instead of per-rating scatters (same result). Default: dense
+            on GPU / TPU when the padded matrix has at most 2^23 cells, per-rating on CPU
+            (there by jaxcal's compiled ridge kernel when it is built, ``jaxcal._native``;
+            ``JAXCAL_NATIVE=0``: ``segment_sum`` scatters).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import Interactions
+        >>> from jaxcal.recsys import CMTRF
+        >>> rng = np.random.default_rng(0)
+        >>> dense = np.where(rng.random((40, 30)) < 0.5, rng.integers(1, 6, (40, 30)), 0)
+        >>> train = Interactions.from_dense(dense)
+        >>> model = CMTRF(transform="global", rank=2, n_sweeps=5).fit(train, key=jax.random.key(0))
+        >>> model.transforms.shape
+        (1, 5)
+        >>> bool(np.all(np.diff(np.asarray(model.transforms)) >= 0.5 - 1e-5))
+        True
+    """
+
+    transform: str = "global"
+    rank: int = 10
+    n_clusters: int = 5
+    epsilon: float = 0.5
+    l2_user: float | Sequence[float] = 1.0
+    l2_item: float | Sequence[float] = 1.0
+    loss: str = "squared"
+    anchor: bool = True
+    biases: bool = False
+    offset: bool = True
+    n_sweeps: int = 50
+    patience: int = 5
+    n_seeds: int = 1
+    n_levels: int | None = None
+    validation_fraction: float = 0.1
+    init_scale: float = 0.1
+    n_newton: int = 8
+    grid_batch_size: int | None = None
+    dense: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.transform not in _TRANSFORMS:
+            raise ValueError(f"transform must be one of {_TRANSFORMS}; got {self.transform!r}.")
+        if self.loss not in _LOSSES:
+            raise ValueError(f"loss must be one of {_LOSSES}; got {self.loss!r}.")
+        _check_int(self.rank, "rank")
+        _check_int(self.n_clusters, "n_clusters")
+        _check_int(self.n_sweeps, "n_sweeps")
+        _check_int(self.patience, "patience")
+        _check_int(self.n_seeds, "n_seeds")
+        _check_int(self.n_newton, "n_newton")
+        if self.grid_batch_size is not None:
+            _check_int(self.grid_batch_size, "grid_batch_size")
+        if self.n_levels is not None:
+            _check_int(self.n_levels, "n_levels", minimum=2)
+        eps = self.epsilon
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
+            raise ValueError(f"epsilon must be a finite number; got {eps!r}.")
+        if eps <= 0:
+            raise ValueError(f"epsilon must be > 0; got {eps!r}.")
+        if self.anchor and eps > 1:
+            raise ValueError(
+                f"epsilon must be <= 1 with anchor=True (the anchors z[1] = 1, z[L] = L leave "
+                f"L - 1 for L - 1 gaps); got {eps!r}. Use anchor=False for larger gaps."
+            )
+        if self.dense not in (None, True, False):
+            raise ValueError(f"dense must be None, True or False; got {self.dense!r}.")
+        if not all(isinstance(v, bool) for v in (self.anchor, self.biases, self.offset)):
+            raise ValueError("anchor, biases and offset must be True or False.")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(
+                f"validation_fraction must lie in (0, 1); got {self.validation_fraction!r}."
+            )
+        if not (isinstance(self.init_scale, int | float) and self.init_scale > 0):
+            raise ValueError(f"init_scale must be > 0; got {self.init_scale!r}.")
+        _positive_grid(self.l2_user, "l2_user")
+        _positive_grid(self.l2_item, "l2_item")
+
+    def _split(self, train: Interactions, key) -> tuple[Interactions, Interactions]:
+        seed = int(jax.random.randint(key, (), 0, np.iinfo(np.int32).max))
+        n = train.rating.size
+        n_val = max(1, int(round(self.validation_fraction * n)))
+        if n_val >= n:
+            raise ValueError(
+                f"train holds {n} rating(s): too few to hold out a validation share; pass "
+                "validation= explicitly."
+            )
+        perm = np.random.default_rng(seed).permutation(n)
+        take = lambda idx: Interactions(  # noqa: E731
+            train.user[idx], train.item[idx], train.rating[idx], train.n_users, train.n_items
+        )
+        return take(np.sort(perm[n_val:])), take(np.sort(perm[:n_val]))
+
+    def fit(
+        self, train: Interactions, *, key: jax.Array, validation: Interactions | None = None
+    ) -> CMTRFModel:
+        """Fit on ``train`` (explicit ratings ``1..L``), early-stopped and grid-chosen on
+        ``validation`` ratings; when ``validation`` is None a random
+        ``validation_fraction`` of ``train`` (drawn with ``key``) is held out for that and
+        not trained on. Test ratings are never needed.
+
+        Raises:
+            ValueError: ratings not integers in ``1..L``, empty data, ids out of range,
+                ``validation`` of another size, or too few ratings to hold out.
+        """
+        train = _check_ratings(train, "train", self.n_levels)
+        key = (
+            key
+            if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+            else jax.random.wrap_key_data(key)
+        )
+        k_split, k_grid = jax.random.split(key)
+        if validation is None:
+            train, validation = self._split(train, k_split)
+        else:
+            validation = _check_ratings(validation, "validation", self.n_levels)
+            if (validation.n_users, validation.n_items) != (train.n_users, train.n_items):
+                raise ValueError(
+                    f"validation is {validation.n_users} x {validation.n_items} but train is "
+                    f"{train.n_users} x {train.n_items}."
+                )
+        n_levels = self.n_levels or int(max(train.rating.max(), validation.rating.max()))
+        if n_levels < 2:
+            raise ValueError("the rating scale needs at least 2 levels (set n_levels).")
+        if self.transform == "clustered" and self.n_clusters > train.n_users:
+            raise ValueError(
+                f"n_clusters={self.n_clusters} exceeds the number of users ({train.n_users})."
+            )
+        n_users = _shapes.padded_size(train.n_users)
+        n_items = _shapes.padded_size(train.n_items)
+        size = _shapes.padded_size(train.rating.size)
+        problem = core.Problem(
+            by_user=_pairs(train.user, train.item, train.rating, size, sort=True),
+            by_item=_pairs(train.item, train.user, train.rating, size, sort=True),
+            validation=_pairs(
+                validation.user,
+                validation.item,
+                validation.rating,
+                _shapes.padded_size(validation.rating.size),
+                sort=False,
+            ),
+        )
+        l2u = _positive_grid(self.l2_user, "l2_user")
+        l2i = _positive_grid(self.l2_item, "l2_item")
+        grid_u, grid_i, seeds = np.meshgrid(l2u, l2i, np.arange(self.n_seeds), indexing="ij")
+        # seed s uses fold_in(key, s) whatever n_seeds is: a grid point equals the single
+        # fit with its penalties (and n_seeds = s + 1)
+        seed_keys = [
+            jax.random.key_data(jax.random.fold_in(k_grid, s)) for s in range(self.n_seeds)
+        ]
+        keys = np.stack([np.asarray(k) for k in seed_keys])[seeds.reshape(-1)]
+        k = self.rank + (1 if self.biases else 0)
+        cells = n_users * n_items
+        dense = self.dense
+        if dense is None:  # scatters are cheap on CPUs, matrix products on accelerators
+            dense = cells <= _DENSE_CELLS and jax.default_backend() != "cpu"
+        # the compiled ridge kernel (CPU programs) needs no per-pair outer products
+        native = not dense and ridge_cpu_available()
+        if dense:  # dense weights, targets, scores (and poisson's line-search trials)
+            per_point = cells * 8 * (4 + (len(core._LINE_SEARCH) if self.loss == "poisson" else 0))
+        else:  # per-pair outer products
+            per_point = size * (k * k + 2 * k + 8) * 8 * 3
+        batch = self.grid_batch_size or max(1, _GRID_MEMORY // per_point)
+        n_points = grid_u.size
+        cfg = core.Config(
+            n_users=n_users,
+            n_items=n_items,
+            n_levels=n_levels,
+            rank=self.rank,
+            transform=self.transform,
+            loss=self.loss,
+            anchor=self.anchor,
+            biases=self.biases,
+            offset=self.offset,
+            n_clusters=self.n_clusters,
+            n_sweeps=self.n_sweeps,
+            n_newton=self.n_newton,
+            init_scale=float(self.init_scale),
+            batch_size=None if batch >= n_points else int(batch),
+            dense=dense,
+            native=native,
+        )
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        out = core.fit_grid(
+            problem,
+            keys,
+            grid_u.reshape(-1).astype(dtype),
+            grid_i.reshape(-1).astype(dtype),
+            np.asarray(self.epsilon, dtype),
+            np.asarray(self.patience, np.int32),
+            cfg=cfg,
+        )
+        mse = np.asarray(out.best_mse)
+        best = int(np.argmin(np.where(np.isnan(mse), np.inf, mse)))
+        pick = lambda a: np.asarray(a)[best]  # noqa: E731
+        state = jax.tree.map(pick, out.state)
+        return CMTRFModel(
+            user_factors=jnp.asarray(state.user_factors[: train.n_users]),
+            item_factors=jnp.asarray(state.item_factors[: train.n_items]),
+            user_bias=jnp.asarray(state.user_bias[: train.n_users]),
+            item_bias=jnp.asarray(state.item_bias[: train.n_items]),
+            transforms=jnp.asarray(
+                state.transforms[: train.n_users]
+                if self.transform == "per_user"
+                else state.transforms
+            ),
+            group=jnp.asarray(state.group[: train.n_users]),
+            l2_user=jnp.asarray(grid_u.reshape(-1)[best], dtype),
+            l2_item=jnp.asarray(grid_i.reshape(-1)[best], dtype),
+            validation_mse=jnp.asarray(pick(out.history)),
+            pretrain_validation_mse=jnp.asarray(pick(out.pretrain_history)),
+            best_sweep=jnp.asarray(pick(out.best_sweep)),
+            grid_validation_mse=jnp.asarray(mse.reshape(grid_u.shape)),
+            offset=jnp.asarray(state.offset),
+            l2_user_grid=jnp.asarray(l2u, dtype),
+            l2_item_grid=jnp.asarray(l2i, dtype),
+            loss=self.loss,
+            transform=self.transform,
+            epsilon=float(self.epsilon),
+            anchor=self.anchor,
+        )

@@ -1,0 +1,298 @@
+"""CMTRF estimator: grid = loop, early stopping, validation, save / load, eager errors,
+compile reuse, and recovery of planted transforms and segments."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+import jaxcal
+from jaxcal.data import Interactions
+from jaxcal.recsys import CMTRF, CMTRFModel
+
+TOL = 1e-8
+
+
+def _random_ratings(n_users=30, n_items=25, density=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    dense = np.where(
+        rng.random((n_users, n_items)) < density, rng.integers(1, 6, (n_users, n_items)), 0
+    )
+    dense[:, 0] = rng.integers(1, 6, n_users)  # every user rated
+    return Interactions.from_dense(dense)
+
+
+def _subset(data, idx):
+    return Interactions(
+        data.user[idx], data.item[idx], data.rating[idx], data.n_users, data.n_items
+    )
+
+
+def _split(data, fraction, seed):
+    pick = np.random.default_rng(seed).random(data.rating.size) < fraction
+    return _subset(data, ~pick), _subset(data, pick)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return _split(_random_ratings(), 0.2, 0)
+
+
+def test_grid_equals_looped_single_fits(data):
+    train, valid = data
+    key = jax.random.key(1)
+    kwargs = {"transform": "global", "rank": 3, "n_sweeps": 6}
+    grid = CMTRF(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0], n_seeds=2, **kwargs)
+    fitted = grid.fit(train, key=key, validation=valid)
+    mse = np.asarray(fitted.grid_validation_mse)
+    assert mse.shape == (2, 2, 2)
+    best = np.unravel_index(np.argmin(mse), mse.shape)
+    for a, lu in enumerate([0.3, 3.0]):
+        for b, li in enumerate([1.0, 2.0]):
+            single = CMTRF(l2_user=lu, l2_item=li, **kwargs).fit(train, key=key, validation=valid)
+            np.testing.assert_allclose(mse[a, b, 0], single.grid_validation_mse[0, 0, 0], rtol=TOL)
+            if best == (a, b, 0):
+                np.testing.assert_allclose(fitted.transforms, single.transforms, rtol=TOL)
+                np.testing.assert_allclose(fitted.user_factors, single.user_factors, rtol=1e-6)
+    # the second seed: fold_in(key, 1), whatever the grid around it
+    two = CMTRF(l2_user=3.0, l2_item=2.0, n_seeds=2, **kwargs).fit(train, key=key, validation=valid)
+    np.testing.assert_allclose(mse[1, 1, :], two.grid_validation_mse[0, 0, :], rtol=TOL)
+    assert float(fitted.l2_user) == [0.3, 3.0][best[0]]
+    assert float(fitted.l2_item) == [1.0, 2.0][best[1]]
+
+
+def test_early_stopping_keeps_the_best_validation_sweep(data):
+    train, valid = data
+    model = CMTRF(transform="per_user", rank=4, l2_user=0.01, l2_item=0.01, n_sweeps=30, patience=3)
+    fitted = model.fit(train, key=jax.random.key(0), validation=valid)
+    history = np.asarray(fitted.validation_mse)
+    ran = np.flatnonzero(~np.isnan(history))
+    best = int(fitted.best_sweep)
+    assert best == int(np.nanargmin(history))
+    if ran[-1] < 29:  # stopped early: exactly `patience` sweeps after the best one
+        assert ran[-1] == best + 3
+    # the reported MSE is that of the kept parameters on the validation ratings (oracle: numpy)
+    pred = np.asarray(fitted.predict(valid.user, valid.item))
+    np.testing.assert_allclose(np.mean((pred - valid.rating) ** 2), history[best], rtol=1e-10)
+
+
+def test_validation_is_held_out_from_train_by_key(data):
+    train, _ = data
+    model = CMTRF(transform="global", rank=2, n_sweeps=3)
+    a = model.fit(train, key=jax.random.key(3))
+    b = model.fit(train, key=jax.random.key(3))
+    np.testing.assert_array_equal(a.transforms, b.transforms)
+    # the same hold-out passed explicitly gives the same model
+    n = train.rating.size
+    k_split, _ = jax.random.split(jax.random.key(3))
+    seed = int(jax.random.randint(k_split, (), 0, np.iinfo(np.int32).max))
+    perm = np.random.default_rng(seed).permutation(n)
+    n_val = round(0.1 * n)
+    c = model.fit(
+        _subset(train, np.sort(perm[n_val:])),
+        key=jax.random.key(3),
+        validation=_subset(train, np.sort(perm[:n_val])),
+    )
+    np.testing.assert_allclose(a.transforms, c.transforms, rtol=TOL)
+
+
+def test_save_load_round_trip(data, tmp_path):
+    train, valid = data
+    fitted = CMTRF(transform="clustered", n_clusters=2, rank=2, n_sweeps=3, biases=True).fit(
+        train, key=jax.random.key(0), validation=valid
+    )
+    path = tmp_path / "cmtrf.npz"
+    jaxcal.save(fitted, path)
+    back = jaxcal.load(path)
+    assert isinstance(back, CMTRFModel) and back.transform == "clustered" and back.anchor
+    for a, b in zip(jax.tree.leaves(fitted), jax.tree.leaves(back), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.predict([0, 1], [2, 3]), fitted.predict([0, 1], [2, 3]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"transform": "cluster"}, "transform must be one of"),
+        ({"loss": "logistic"}, "loss must be one of"),
+        ({"epsilon": 0.0}, "epsilon must be > 0"),
+        ({"epsilon": 1.5}, "epsilon must be <= 1 with anchor=True"),
+        ({"rank": 0}, "rank must be an integer"),
+        ({"l2_user": [1.0, -1.0]}, "l2_user must be finite and > 0"),
+        ({"l2_item": []}, "l2_item must be a positive number or a non-empty"),
+        ({"validation_fraction": 1.0}, "validation_fraction must lie in"),
+    ],
+)
+def test_bad_hyperparameters_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CMTRF(**kwargs)
+
+
+def test_bad_data_raise(data):
+    train, valid = data
+    model = CMTRF(n_sweeps=2)
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="must be jaxcal.data.Interactions"):
+        model.fit(np.ones((3, 3)), key=key)
+    bad = train._replace(rating=np.where(np.arange(train.rating.size) == 0, 0, train.rating))
+    with pytest.raises(ValueError, match=r"ratings must lie in 1\.\.5"):
+        model.fit(bad, key=key)
+    with pytest.raises(ValueError, match=r"ratings must lie in 1\.\.4"):
+        CMTRF(n_levels=4).fit(train, key=key)
+    with pytest.raises(ValueError, match="holds no ratings"):
+        model.fit(Interactions(np.zeros(0, int), np.zeros(0, int), np.zeros(0, int), 3, 3), key=key)
+    with pytest.raises(ValueError, match="item ids must lie in"):
+        model.fit(train._replace(n_items=2), key=key)
+    with pytest.raises(ValueError, match="validation is"):
+        model.fit(train, key=key, validation=valid._replace(n_users=valid.n_users + 1))
+    with pytest.raises(ValueError, match="n_clusters=50 exceeds"):
+        CMTRF(transform="clustered", n_clusters=50).fit(train, key=key, validation=valid)
+
+
+def test_second_data_size_in_the_bucket_compiles_nothing(compiles):
+    model = CMTRF(transform="global", rank=2, n_sweeps=2)
+    first = _split(_random_ratings(seed=1), 0.2, 1)
+    second = _split(_random_ratings(density=0.45, seed=2), 0.2, 2)
+    assert first[0].rating.size != second[0].rating.size
+    fitted = model.fit(first[0], key=jax.random.key(0), validation=first[1])
+    fitted.predict(first[1].user, first[1].item)
+    with compiles() as c:
+        fitted = model.fit(second[0], key=jax.random.key(0), validation=second[1])
+        fitted.predict(second[1].user, second[1].item)  # 83 and 75 pairs: one bucket
+        # new penalties and epsilon are traced values: no new program either
+        CMTRF(transform="global", rank=2, n_sweeps=2, l2_user=0.3, epsilon=0.25).fit(
+            second[0], key=jax.random.key(1), validation=second[1]
+        )
+    assert c.count == 0
+
+
+def _planted(n_users=80, n_items=60, density=0.8, seed=0):
+    """Scores = item quality + a small rank-2 interaction; segment 0 rates through a convex
+    transform, segment 1 through a concave one (rating = the level whose score is nearest)."""
+    rng = np.random.default_rng(seed)
+    s = rng.normal(size=n_items)[None, :] + 0.3 * rng.normal(size=(n_users, 2)) @ rng.normal(
+        size=(2, n_items)
+    )
+    truth = np.array([[-1.5, -1.0, -0.5, 0.5, 1.5], [-1.5, -0.5, 0.5, 1.0, 1.5]])
+    segment = np.arange(n_users) % 2
+    mids = (truth[segment][:, 1:] + truth[segment][:, :-1]) / 2
+    rating = 1 + np.sum(s[:, :, None] > mids[:, None, :], axis=-1)
+    observed = rng.random((n_users, n_items)) < density
+    return Interactions.from_dense(np.where(observed, rating, 0)), truth, segment
+
+
+def _normalised(z):
+    z = np.asarray(z)
+    return (z - z[..., :1]) / (z[..., -1:] - z[..., :1])
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return _planted()
+
+
+def test_clustered_recovers_planted_segments_and_shapes(planted):
+    train, truth, segment = planted
+    model = CMTRF(
+        transform="clustered",
+        n_clusters=2,
+        rank=3,
+        epsilon=0.1,
+        l2_user=0.1,
+        l2_item=0.1,
+        n_sweeps=40,
+    )
+    fitted = model.fit(train, key=jax.random.key(0))
+    group = np.asarray(fitted.group)
+    assert adjusted_rand_score(segment, group) > 0.8
+    for s in (0, 1):
+        cluster = np.bincount(group[segment == s], minlength=2).argmax()
+        # up to the affine gauge, within 0.15 of the truth (the joint least squares pulls
+        # interior levels a little toward the middle)
+        np.testing.assert_allclose(
+            _normalised(fitted.transforms[cluster]), _normalised(truth[s]), atol=0.15
+        )
+
+
+def test_anchoring_prevents_the_collapse_to_the_margin(planted):
+    train, _, _ = planted
+    kwargs = {"transform": "global", "rank": 3, "l2_user": 0.1, "l2_item": 0.1, "n_sweeps": 30}
+    eps = 0.5
+    anchored = CMTRF(epsilon=eps, **kwargs).fit(train, key=jax.random.key(0))
+    gaps = np.diff(np.asarray(anchored.transforms[0]))
+    assert np.all(gaps >= eps - 1e-9) and np.max(gaps) > eps + 0.2
+    # the authors' unanchored formulation: every gap ends at exactly eps (a free offset only)
+    free = CMTRF(epsilon=eps, anchor=False, **kwargs).fit(train, key=jax.random.key(0))
+    np.testing.assert_allclose(np.diff(np.asarray(free.transforms[0])), eps, atol=1e-6)
+
+
+def test_dense_and_pairs_half_steps_fit_the_same_model(data):
+    train, valid = data
+    kwargs = {"transform": "per_user", "rank": 2, "n_sweeps": 3, "biases": True}
+    a = CMTRF(dense=True, **kwargs).fit(train, key=jax.random.key(0), validation=valid)
+    b = CMTRF(dense=False, **kwargs).fit(train, key=jax.random.key(0), validation=valid)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-7, atol=1e-9)
+
+
+def test_poisson_items_are_stationary_after_the_last_half_step(data):
+    """KKT oracle: with transform="none" a sweep ends with the item half-step, so the kept
+    item factors zero the gradient of the training objective (numpy) given the users and the
+    global offset (refitted at the start of each sweep)."""
+    train, valid = data
+    l2_item = 0.7
+    model = CMTRF(transform="none", loss="poisson", rank=2, l2_item=l2_item, n_sweeps=4)
+    fitted = model.fit(train, key=jax.random.key(0), validation=valid)
+    x, y = np.asarray(fitted.user_factors), np.asarray(fitted.item_factors)
+    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(fitted.offset)
+    residual = np.exp(theta) - train.rating  # z = r: the identity transform
+    grad = np.zeros_like(y)
+    np.add.at(grad, train.item, residual[:, None] * x[train.user])
+    grad += l2_item * y
+    assert np.max(np.abs(grad)) < 1e-8
+
+
+@pytest.mark.parametrize("loss", ["squared", "poisson"])
+def test_the_refitted_offset_minimises_the_loss_given_the_rest(loss):
+    """The offset step is exact: the objective over mu (numpy, a fine grid around it) is
+    smallest at the refitted offset; with squared loss the mean residual becomes 0."""
+    from jaxcal.recsys import _cmtrf_core as core
+    from jaxcal.recsys.cmtrf import _pairs
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        user, item = rng.integers(0, 7, 40), rng.integers(0, 5, 40)
+        rating = rng.integers(1, 6, 40)
+        pairs = _pairs(user, item, rating, 64, sort=True)
+        cfg = core.Config(n_users=7, n_items=5, n_levels=5, rank=2, loss=loss)
+        z = np.sort(rng.uniform(0.5, 6.0, size=(1, 5)), axis=1)
+        state = core.State(
+            jnp.asarray(0.3 * rng.normal(size=(7, 2))), jnp.asarray(0.3 * rng.normal(size=(5, 2))),
+            jnp.zeros(7), jnp.zeros(5), jnp.asarray(z), jnp.zeros(7, jnp.int32),
+            jnp.asarray(0.2),
+        )  # fmt: skip
+        problem = core.Problem(pairs, pairs, pairs)
+        mu = float(core._refit_offset(state, problem, cfg).offset)
+        theta = np.sum(
+            np.asarray(state.user_factors)[user] * np.asarray(state.item_factors)[item], 1
+        )
+        t = z[0, rating - 1]
+
+        def objective(m):
+            th = theta + m
+            return np.sum((t - th) ** 2) if loss == "squared" else np.sum(np.exp(th) - t * th)
+
+        grid = mu + np.linspace(-0.05, 0.05, 101)
+        assert np.argmin([objective(m) for m in grid]) == 50
+        if loss == "squared":
+            assert abs(np.mean(t - theta - mu)) < 1e-12
+
+
+def test_ridge_mf_with_the_offset_beats_it_without(data):
+    train, valid = data
+    kw = {"transform": "none", "rank": 2, "l2_user": 1.0, "l2_item": 1.0, "n_sweeps": 6}
+    with_mu = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
+    without = CMTRF(offset=False, **kw).fit(train, key=jax.random.key(0), validation=valid)
+    assert float(without.offset) == 0.0 and float(with_mu.offset) > 1.0  # ratings are 1..5
+    assert float(np.nanmin(with_mu.validation_mse)) < float(np.nanmin(without.validation_mse))
