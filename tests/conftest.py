@@ -30,7 +30,7 @@ def pytest_configure(config):
         os.environ["JAXCAL_TEST_XLA_CACHE"] = config._jaxcal_xla_cache
 
 
-# The test files that take the longest (a minute or more of one worker), longest first.
+# The test files that take the longest (half a minute or more of one worker), longest first.
 # pytest-xdist's `--dist loadfile` hands whole files to the workers in collection order, so
 # starting these first keeps one of them from running alone at the end
 # (longest-processing-time-first scheduling).
@@ -48,6 +48,10 @@ LONG_FILES = (
     "tests/clicks/test_recovery.py",
     "tests/clicks/test_fitting.py",
     "tests/calibrators/test_parametric.py",
+    "tests/recsys/test_cmtrf.py",
+    "tests/reproduce/test_hiranandani2019.py",
+    "tests/recsys/test_cmtrf_core.py",
+    "tests/recsys/test_cmtrf_kernel.py",
 )
 
 

@@ -16,7 +16,7 @@ from jaxcal.cli import build_parser
 from jaxcal.reproduce import hiranandani2019 as h
 
 CSV_TOL = 1e-6  # the CSV table carries 6 decimals
-MODELS = ("MF", "MMC", "K-C")
+MODELS = ("MF", "K-C")  # MMC has its own tests (tests/recsys/test_mmc.py)
 
 
 @pytest.fixture(scope="module")
