@@ -94,16 +94,13 @@ def level_means(scores: np.ndarray, ratings: Interactions, segment: np.ndarray) 
     loss puts ``z[r]`` at the mean fitted score of level ``r``). Levels without ratings give
     NaN."""
     s = np.asarray(scores)[ratings.user, ratings.item]
-    seg = np.asarray(segment)[ratings.user]
     levels = int(ratings.rating.max())
     n_seg = int(np.max(segment)) + 1
-    out = np.full((n_seg, levels), np.nan)
-    for g in range(n_seg):
-        for r in range(1, levels + 1):
-            hit = (seg == g) & (ratings.rating == r)
-            if hit.any():
-                out[g, r - 1] = s[hit].mean()
-    return out
+    cell = np.asarray(segment)[ratings.user] * levels + (ratings.rating - 1)
+    count = np.bincount(cell, minlength=n_seg * levels)
+    total = np.bincount(cell, weights=s, minlength=n_seg * levels)
+    with np.errstate(invalid="ignore"):
+        return (total / np.where(count > 0, count, np.nan)).reshape(n_seg, levels)
 
 
 def load_split(
