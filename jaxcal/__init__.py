@@ -46,6 +46,7 @@ _SUBPACKAGES = (
     "data",
     "debias",
     "decide",
+    "distributed",
     "metrics",
     "plot",
     "recsys",

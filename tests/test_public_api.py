@@ -18,6 +18,7 @@ SUBPACKAGES = [
     "data",
     "debias",
     "decide",
+    "distributed",
     "plot",
     "scoremodels",
     "recsys",
@@ -133,3 +134,15 @@ def test_rating_names_compute_known_values():
     mean, per_user = jaxcal.metrics.kendall_tau_per_user([0, 0, 0], [1, 2, 3], [3.0, 2.0, 1.0])
     assert float(mean) == -1.0 and per_user.shape == (1,)
     assert callable(jaxcal.data.load_movielens) and callable(jaxcal.data.fetch_movielens)
+
+
+def test_counts_names_compute_known_values():
+    """Counts by distinct score: the isotonic fit and the metrics from counts, on a problem
+    with known answers (the PAV of [0, 1, 0, 1] pools the middle pair into 1/2)."""
+    counts = jaxcal.calibrators.score_counts([0.1, 0.3, 0.4, 0.8], [0, 1, 0, 1])
+    assert jaxcal.metrics.ScoreCounts is jaxcal.calibrators.ScoreCounts is type(counts)
+    fitted = jaxcal.IsotonicCalibration(interpolation="step").fit_counts(counts)
+    assert isinstance(fitted, jaxcal.calibrators.FittedIsotonicCounts)
+    np.testing.assert_allclose(fitted.predict([0.1, 0.3, 0.4, 0.8]), [0, 0.5, 0.5, 1])
+    assert jaxcal.metrics.auc_from_counts(counts) == 0.75
+    assert abs(jaxcal.metrics.brier_from_counts(counts) - (0.01 + 0.49 + 0.16 + 0.04) / 4) < 1e-12

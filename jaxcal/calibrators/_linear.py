@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,7 @@ from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal.calibrators._linear_chunks import fit_chunks
 from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.families.linear import LinearLogitFamily, ScoreRange
 from jaxcal.fitting.linear import default_tol, fit_linear
@@ -331,6 +332,51 @@ class LinearCalibratorEstimator(Calibrator):
         theta, ctx, status = self._run(s, t, w)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")
         return self._make(theta, ctx, status, scaling)
+
+    def fit_chunks(self, source: Any, *, loss: str = "naive") -> LinearLogitCalibrator:
+        """Fit on data read in chunks, on one process or across the processes of a
+        ``jax.distributed`` job: the same calibrator as :meth:`fit` on all the rows.
+
+        The source is read once per pass (a scan, one or two passes for the standardisation,
+        then one per Newton step: typically 8-20), so only one chunk need be in memory. With
+        ``jax.distributed`` (:func:`jaxcal.distributed.initialize`) every process passes its
+        own chunks; the sums of each pass are added across processes and every process ends
+        with the same fitted calibrator. Only ``method="discriminative"``; in float32 the
+        score transform may differ from :meth:`fit`'s (``jaxcal.calibrators._linear_chunks``).
+
+        Args:
+            source: a list of chunks, or a zero-argument callable returning an iterator of
+                chunks (called once per pass). A chunk is ``(scores, labels)``,
+                ``(scores, labels, sample_weight)`` or ``(scores, labels, sample_weight,
+                propensity)`` of 1-D arrays (``sample_weight`` may be ``None``), or a mapping
+                with those keys (``jaxcal._chunks``).
+            loss: the loss weighting, as in :meth:`fit` (all but ``"naive"`` need every
+                chunk's propensities).
+
+        Returns:
+            The fitted calibrator, of the type :meth:`fit` returns.
+
+        Raises:
+            ValueError: invalid hyperparameters or a generative ``method``; a source of
+                another type (an iterator, which can be read only once); a bad chunk (named
+                by its position: not a tuple of the above form, scores not 1-D or not
+                finite, labels not 0/1, lengths that differ, negative weights, propensities
+                outside (0, 1]); a source with no rows, no positive weight or one class; one
+                that returns other rows on a later pass. With several processes, an error
+                on one is raised on every one.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> rng = np.random.default_rng(0)
+            >>> labels = rng.integers(0, 2, 3000)
+            >>> scores = rng.normal(labels.astype(float), 1.0)
+            >>> chunks = [(scores[i : i + 1000], labels[i : i + 1000]) for i in (0, 1000, 2000)]
+            >>> streamed = jaxcal.PlattScaling().fit_chunks(chunks)
+            >>> in_memory = jaxcal.PlattScaling().fit(scores, labels)
+            >>> bool(np.allclose(streamed.theta, in_memory.theta, rtol=1e-5))
+            True
+        """
+        return fit_chunks(self, source, loss=loss)
 
     #: ``jaxcal.bayes.fit_bayes`` with this estimator as the calibrator: a posterior over
     #: its map (NUTS or SVI) whose every draw is monotone on the training range; only the

@@ -89,6 +89,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._fitdata import FitData
+from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
@@ -305,6 +306,8 @@ class IsotonicCalibration(Calibrator):
     y_min: float | None = None
     y_max: float | None = None
     rank_preserving: dataclasses.InitVar[bool | None] = None
+    # the fit from counts by distinct score, for data that streams or spans processes
+    fit_counts = lazy_method("jaxcal.calibrators.isotonic_counts", "fit_counts")
 
     def __post_init__(self, rank_preserving: bool | None) -> None:
         deprecated_centered_alias(self, rank_preserving)

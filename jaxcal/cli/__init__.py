@@ -31,7 +31,7 @@ from jaxcal._compilation_cache import CACHE_ENV, cache_dir, source_digest
 
 __all__ = ["main", "build_parser", "compilation_cache_dir", "enable_compilation_cache"]
 
-_COMMANDS = ("demo", "reproduce", "sweep")
+_COMMANDS = ("clicks", "demo", "reproduce", "sweep")
 
 
 def compilation_cache_dir() -> Path | None:
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in _COMMANDS else None)
     args = parser.parse_args(argv)
+    args.argv = argv  # a command that starts worker processes passes them on
     enable_compilation_cache()
     try:
         return int(args.func(args) or 0)

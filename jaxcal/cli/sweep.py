@@ -26,6 +26,7 @@ import numpy as np
 
 import jaxcal.recsys as recsys
 from jaxcal._progress import log, progress
+from jaxcal.cli._parsers import documented_parser
 from jaxcal.data import binarize, load_coat, load_triples
 from jaxcal.metrics.ranking import auc, ndcg_at_k, recall_at_k
 
@@ -44,12 +45,11 @@ MODELS = {
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``jaxcal sweep``."""
-    parser = subparsers.add_parser(
+    parser = documented_parser(
+        subparsers,
         "sweep",
-        help="train K ranking models (seeds / hyperparameters) in one compiled program",
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join((__doc__ or "").split("\n\n")[1:]),
+        "train K ranking models (seeds / hyperparameters) in one compiled program",
+        __doc__,
     )
     parser.add_argument("model", choices=sorted(MODELS), help="ranking model to train")
     parser.add_argument(

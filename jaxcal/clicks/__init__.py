@@ -4,7 +4,10 @@ Models (Chuklin, Markov & de Rijke, *Click Models for Web Search*, 2015): the CT
 baselines :class:`GCTR`, :class:`RCTR`, :class:`DCTR`; :class:`PBM`, :class:`CascadeModel`,
 :class:`DCM`, :class:`DBN`, :class:`SDBN`, :class:`CCM`, :class:`UBM`. Each estimator's
 ``fit(sessions, *, prior=(1, 2), max_iter=50, tol=1e-6, mesh=None)`` returns an immutable
-fitted pytree with ``predict_conditional`` / ``predict_marginal``. Logs are
+fitted pytree with ``predict_conditional`` / ``predict_marginal``; ``sessions`` may also be
+files or a callable of chunks, streamed on every EM iteration and summed across the processes
+of a ``jax.distributed`` job (:mod:`jaxcal.clicks.sources`, :mod:`jaxcal.distributed`), and
+``prior="empirical"`` learns the attractiveness prior from the log. Logs are
 :class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
 :func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
 truth); metrics :func:`perplexity`,

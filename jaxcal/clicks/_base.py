@@ -3,7 +3,8 @@
 * An estimator (``jaxcal.clicks.PBM()``, ...) is a frozen dataclass; ``fit(sessions, *,
   prior=(1, 2), max_iter=50, tol=1e-6, mesh=None, dedup=True)`` validates eagerly, merges
   identical sessions, maps (query, document) pairs to ids, and runs the jitted EM loop (or the
-  closed-form MLE) of :mod:`jaxcal.clicks._em`.
+  closed-form MLE) of :mod:`jaxcal.clicks._em`. A log given as files or chunks (or any log
+  under ``jax.distributed``) is streamed instead (:mod:`jaxcal.clicks._stream`).
 * Shape policy (``jaxcal._shapes``): the sessions are padded to a bucket size with rows of
   weight 0 that are fully masked, and the pair tables to theirs with ids no session uses;
   padding adds nothing to the sufficient statistics or the objective, and is sliced off, so
@@ -18,7 +19,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, ClassVar
 
@@ -28,14 +32,25 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.typing import ArrayLike
 
-from jaxcal import _shapes
+from jaxcal import _shapes, distributed
 from jaxcal._jit import jit
+from jaxcal._progress import log
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal.clicks._em import make_batch, run_closed_form, run_em
+from jaxcal.clicks import _empirical
+from jaxcal.clicks._em import Batch, make_batch, run_closed_form, run_em
 from jaxcal.clicks._stats import mstep_ratios
+from jaxcal.clicks._stream import (
+    batches,
+    scan_log,
+    spill_folder,
+    stream_closed_form,
+    stream_em,
+)
 from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs, lookup_pairs
+from jaxcal.clicks.sources import Source, chunk_source
 
 __all__ = [
+    "DEFAULT_PRIOR",
     "PAIRS",
     "RANKS",
     "ClickModel",
@@ -50,6 +65,8 @@ __all__ = [
 PAIRS = "pairs"
 #: In a ``param_shapes`` entry: an axis with one entry per rank.
 RANKS = "ranks"
+#: The Beta pseudo-counts ``(numerator, denominator)`` of ``fit`` by default.
+DEFAULT_PRIOR = (1.0, 2.0)
 
 
 def check_sessions(sessions: Any, *, name: str = "sessions") -> Sessions:
@@ -125,6 +142,17 @@ def check_prior(prior: Any) -> tuple[float, float]:
     return a, b
 
 
+def _resolve_prior(prior: Any) -> tuple[tuple[float, float], bool]:
+    """``(fixed pseudo-counts, empirical?)``: ``"empirical"`` learns the attractiveness
+    table's prior and keeps :data:`DEFAULT_PRIOR` for the other parameters."""
+    if isinstance(prior, str):
+        if prior != "empirical":
+            raise ValueError(f'prior must be a pair (numerator, denominator) or "empirical"; '
+                             f"got {prior!r}.")  # fmt: skip
+        return DEFAULT_PRIOR, True
+    return check_prior(prior), False
+
+
 def _check_em_options(max_iter: Any, tol: Any) -> tuple[int, float]:
     if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer; got {max_iter!r}.")
@@ -151,8 +179,12 @@ class ClickModelFit:
             ``[n]`` (``[n, n]`` for UBM), global ones scalars.
         n_iter: EM iterations run (0 for closed-form models).
         history: ``[max_iter]`` log posterior of each EM iterate (NaN after stopping).
-        prior: the Beta pseudo-counts ``(numerator, denominator)``.
+        prior: the Beta pseudo-counts ``(numerator, denominator)`` (with
+            ``prior="empirical"``: those of the rank and global parameters).
         n_results: SERP length seen in training.
+        learned_prior: with ``prior="empirical"``, ``{"alpha": [2] (a, b)}``: the
+            pseudo-counts learned for the attractiveness table (``a / b`` is what unseen
+            pairs predict); empty otherwise.
     """
 
     pair_query: np.ndarray
@@ -162,6 +194,7 @@ class ClickModelFit:
     history: Any
     prior: tuple = static_field(default=(1.0, 2.0))
     n_results: int = static_field(default=10)
+    learned_prior: dict = dataclasses.field(default_factory=dict)
 
     model_name: ClassVar[str] = ""
     #: parameter name -> shape, with :data:`PAIRS` for a query-document axis (``[P + 1]``)
@@ -267,82 +300,175 @@ class ClickModel:
 
     def fit(
         self,
-        sessions: Sessions,
+        sessions: Source,
         *,
-        prior: tuple[float, float] = (1.0, 2.0),
+        prior: tuple[float, float] | str = DEFAULT_PRIOR,
         max_iter: int = 50,
         tol: float = 1e-6,
         mesh: Mesh | None = None,
         dedup: bool = True,
+        chunk_sessions: int | None = None,
+        spill: bool | str | os.PathLike | None = None,
+        verbose: bool = False,
     ) -> ClickModelFit:
-        """Fit the model to a click log.
+        """Fit the model to a click log, in memory or streamed.
 
         Args:
-            sessions: the training log.
+            sessions: the training log: a :class:`Sessions`, a path or list of paths
+                (Parquet, npz, TianGong-ST or Yandex text), or a zero-argument callable
+                returning an iterator of :class:`Sessions` chunks
+                (:mod:`jaxcal.clicks.sources`). Anything but a :class:`Sessions` is
+                streamed: read chunk by chunk on every EM iteration, so that memory holds
+                one chunk and the parameter tables, never the log. Under
+                ``jax.distributed`` (:func:`jaxcal.distributed.initialize`), each
+                process passes its own part of the log; the statistics are summed across
+                processes and every process returns the same model.
             prior: Beta pseudo-counts ``(numerator, denominator)`` added to every
                 parameter's sufficient statistics: ``theta = (num + sum posterior) /
-                (den + sum count)`` (default ``(1, 2)``: unseen pairs predict 0.5).
+                (den + sum count)`` (default ``(1, 2)``: unseen pairs predict 0.5); or
+                ``"empirical"``: the attractiveness table's pseudo-counts are learned from
+                the log by empirical Bayes (the Gamma-Poisson marginal likelihood of each
+                pair's clicks against its expected examinations,
+                :mod:`jaxcal.clicks._empirical`), alternated with EM twice (the first EM
+                with ``(1, 2)``), so that unseen pairs predict a rate learned from the log
+                (``learned_prior`` of the result); the other parameters keep ``(1, 2)``.
             max_iter: maximum EM iterations (ignored by closed-form models).
             tol: EM stops when no parameter changes by ``tol`` or more.
             mesh: a 1-D ``jax.sharding.Mesh``; sessions are split across its devices and
                 the sufficient statistics summed with ``psum`` (same result as one device).
-            dedup: merge identical sessions first (same result, less work).
+            dedup: merge identical sessions first (same result, less work; a streamed
+                log is deduplicated chunk by chunk).
+            chunk_sessions: SERPs per chunk of a streamed log (default 100,000); given with
+                a :class:`Sessions` (or ``spill``), that log is streamed too.
+            spill: a streamed log is read from its source on every iteration (``None``,
+                the default), or written once, deduplicated and encoded, to a folder
+                (a path, which must be empty or new; ``True``: a temporary folder, removed
+                afterwards) and read from there (faster when the source is slow to parse).
+            verbose: print one line per EM iteration (log-likelihood, sessions per second)
+                to stderr.
 
         Returns:
             The fitted model (a pytree; ``.predict_conditional``, ``.predict_marginal``).
 
         Raises:
-            ValueError: on a bad log, prior, ``max_iter`` or ``tol``.
+            ValueError: on a bad log, prior, ``max_iter``, ``tol``, ``chunk_sessions`` or
+                source.
         """
-        sessions = check_sessions(sessions)
-        a, b = check_prior(prior)
+        (a, b), empirical = _resolve_prior(prior)
+        if empirical and _empirical.TABLE not in self.fitted_cls.pair_params():
+            raise ValueError(
+                f'prior="empirical" learns the prior of an attractiveness table; '
+                f"{type(self).__name__} has none (use a fixed prior)."
+            )
         max_iter, tol = _check_em_options(max_iter, tol)
         if mesh is not None and not isinstance(mesh, Mesh):
             raise ValueError(f"mesh must be a jax.sharding.Mesh or None; got {type(mesh)}.")
-        if dedup:
-            sessions = sessions.deduplicate()
-        index, qd = encode_pairs(sessions)
-        S, n = qd.shape
-        n_pairs = index.query.shape[0] + 1  # the last slot: unseen pairs and padding
-        # shape policy: sessions padded to their bucket with weight-0, fully masked rows;
-        # pair tables to theirs with ids no session uses (sliced off below)
-        table = _shapes.padded_size(n_pairs)
-        batch = make_batch(
-            qd,
-            np.asarray(sessions.clicks),
-            np.asarray(sessions.mask),
-            sessions.weight,
-            mesh,
-            n_rows=_shapes.padded_size(S, total=S * n),
-            fill_id=n_pairs - 1,
+        streamed = (
+            not isinstance(sessions, Sessions)
+            or chunk_sessions is not None
+            or spill not in (None, False)
+            or distributed.process_count() > 1
         )
+        if not streamed:
+            sessions = check_sessions(sessions)
+            if dedup:
+                sessions = sessions.deduplicate()
+            index, qd = encode_pairs(sessions)
+            S, n = qd.shape
+            n_pairs = index.query.shape[0] + 1  # the last slot: unseen pairs and padding
+            # shape policy: sessions padded to their bucket with weight-0, fully masked
+            # rows; pair tables to theirs with ids no session uses (sliced off below)
+            batch = make_batch(
+                qd,
+                np.asarray(sessions.clicks),
+                np.asarray(sessions.mask),
+                sessions.weight,
+                mesh,
+                n_rows=_shapes.padded_size(S, total=S * n),
+                fill_id=n_pairs - 1,
+            )
+            fit = partial(self._fit_batch, batch, index, n, (a, b), max_iter, tol, mesh, None)
+            return self._empirical(fit, [batch]) if empirical else fit()
+        if isinstance(sessions, Sessions):
+            check_sessions(sessions)
+        size = 100_000 if chunk_sessions is None else chunk_sessions
+        chunks = chunk_source(sessions, chunk_sessions=size)
+        with spill_folder(spill) as folder:
+            start = time.perf_counter()
+            scan = scan_log(chunks, dedup=dedup, spill=folder)
+            seconds = time.perf_counter() - start
+            log(
+                f"read {scan.sessions} rows ({scan.weight:.0f} sessions) in {scan.n_chunks} "
+                f"chunks, {len(scan.keys)} query-document pairs, {seconds:.1f}s",
+                quiet=not verbose,
+            )
+            index = PairIndex(
+                query=(scan.keys // np.int64(2**31)).astype(np.int32),
+                doc=(scan.keys % np.int64(2**31)).astype(np.int32),
+            )
+            stream = partial(_Streamed, chunks, scan, dedup, verbose)
+            fit = partial(
+                self._fit_batch, None, index, scan.n_results, (a, b), max_iter, tol, mesh, stream
+            )
+            if not empirical:
+                return fit()
+            return self._empirical(fit, lambda: stream("").batches(mesh))
+
+    def _empirical(self, fit: Callable, batches: Any) -> ClickModelFit:
+        """EM alternated with the attractiveness prior's empirical-Bayes fit
+        (:mod:`jaxcal.clicks._empirical`); ``batches`` is the log's batches (or a callable
+        returning them, for a streamed log)."""
+        fitted = fit()
+        for _ in range(_empirical.ROUNDS):
+            evidence = _empirical.pair_evidence(
+                type(fitted)._conditional_fn,
+                fitted._padded_params(),
+                batches() if callable(batches) else batches,
+            )
+            learned = _empirical.learned_prior(
+                evidence, len(fitted.pair_query), np.asarray(DEFAULT_PRIOR)
+            )
+            fitted = fit(priors={_empirical.TABLE: learned})
+        return dataclasses.replace(fitted, learned_prior={_empirical.TABLE: learned})
+
+    def _fit_batch(
+        self, batch, index, n, prior, max_iter, tol, mesh, stream, priors=None
+    ) -> ClickModelFit:
+        """EM (or the closed form) on an in-memory ``batch``, or on a streamed log when
+        ``stream`` is given; the fitted model with unpadded pair tables. ``priors``
+        overrides ``prior`` for the parameters it names."""
+        n_pairs = index.query.shape[0] + 1
+        table = _shapes.padded_size(n_pairs)
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        prior_arr = np.asarray([a, b], dtype)
         pair_params = self.fitted_cls.pair_params()
         params0 = self._init(table, n, dtype)
+        stats_fn, mstep_fn = type(self)._stats, type(self)._mstep
+        prior_arr = {
+            k: np.asarray((priors or {}).get(k, prior), dtype) for k in params0
+        }  # per parameter: one traced pytree, so a new prior compiles nothing
         if self.uses_em:
             valid = {
                 k: (np.arange(table) < n_pairs) if k in pair_params else np.ones(v.shape, bool)
                 for k, v in params0.items()
             }
-            res = run_em(
-                type(self)._stats,
-                type(self)._mstep,
-                params0,
-                batch,
-                prior_arr,
-                np.asarray(tol, dtype),
-                valid,
-                max_iter=max_iter,
-                mesh=mesh,
-            )
-            params, n_iter, history = res.params, res.n_iter, res.history
+            if stream is None:
+                res = run_em(
+                    stats_fn, mstep_fn, params0, batch, prior_arr, np.asarray(tol, dtype), valid,
+                    max_iter=max_iter, mesh=mesh,
+                )  # fmt: skip
+                params, n_iter, history = res.params, res.n_iter, res.history
+            else:
+                params, n_iter, history = stream(self.fitted_cls.model_name).em(
+                    stats_fn, mstep_fn, params0, prior_arr, tol, valid, max_iter, mesh
+                )
+                n_iter, history = jax.device_put(np.asarray(n_iter, np.int32)), history
         else:
-            params = run_closed_form(
-                type(self)._stats, type(self)._mstep, params0, batch, prior_arr, mesh=mesh
-            )
+            if stream is None:
+                params = run_closed_form(stats_fn, mstep_fn, params0, batch, prior_arr, mesh=mesh)
+            else:
+                params = stream("").closed_form(stats_fn, mstep_fn, params0, prior_arr, mesh)
             n_iter, history = np.asarray(0, np.int32), np.zeros((0,), dtype)
-            n_iter, history = jax.device_put(n_iter), jax.device_put(history)
+        n_iter, history = jax.device_put(n_iter), jax.device_put(history)
         params = {
             k: _shapes.unpad(v, n_pairs) if k in pair_params else v for k, v in params.items()
         }
@@ -352,6 +478,34 @@ class ClickModel:
             params=params,
             n_iter=n_iter,
             history=history,
-            prior=(a, b),
+            prior=prior,
             n_results=n,
         )
+
+
+@dataclasses.dataclass
+class _Streamed:
+    """A streamed log bound to its scan, for :meth:`ClickModel._fit_batch`."""
+
+    chunks: Callable
+    scan: Any
+    dedup: bool
+    verbose: bool
+    name: str
+
+    def em(self, stats_fn, mstep_fn, params0, prior, tol, valid, max_iter, mesh):
+        return stream_em(
+            stats_fn, mstep_fn, params0, self.chunks, self.scan, prior, tol, valid,
+            max_iter=max_iter, mesh=mesh, dedup=self.dedup, verbose=self.verbose,
+            name=self.name,
+        )  # fmt: skip
+
+    def closed_form(self, stats_fn, mstep_fn, template, prior, mesh):
+        return stream_closed_form(
+            stats_fn, mstep_fn, template, self.chunks, self.scan, prior, mesh=mesh,
+            dedup=self.dedup,
+        )  # fmt: skip
+
+    def batches(self, mesh) -> Iterator[Batch]:
+        """The log's chunks as device batches (:func:`jaxcal.clicks._stream.batches`)."""
+        return batches(self.chunks, self.scan, mesh, dedup=self.dedup)

@@ -39,6 +39,7 @@ __all__ = [
     "compute_stats",
     "run_em",
     "ratio",
+    "prior_of",
     "log_prior",
 ]
 
@@ -161,20 +162,26 @@ def ratio(num: jax.Array, den: jax.Array, prior: jax.Array) -> jax.Array:
     return (prior[0] + num) / (prior[1] + den)
 
 
-def log_prior(params: Any, prior: jax.Array, valid: Any = None) -> jax.Array:
-    """``sum a log theta + (b - a) log(1 - theta)`` over every parameter (MAP penalty).
+def prior_of(prior: Any, name: str) -> jax.Array:
+    """The ``[2]`` pseudo-counts of parameter ``name``: ``prior`` is one ``[2]`` array for
+    every parameter or a dict of them by parameter name."""
+    return prior[name] if isinstance(prior, dict) else prior
 
-    ``valid`` (a pytree of booleans shaped like ``params``, default all ``True``) leaves out
+
+def log_prior(params: dict, prior: Any, valid: dict | None = None) -> jax.Array:
+    """``sum a log theta + (b - a) log(1 - theta)`` over every parameter (MAP penalty), with
+    each parameter's pseudo-counts (:func:`prior_of`).
+
+    ``valid`` (a dict of booleans shaped like ``params``, default all ``True``) leaves out
     the padding entries of parameter tables.
     """
-    leaves = jax.tree_util.tree_leaves(params)
-    masks = [True] * len(leaves) if valid is None else jax.tree_util.tree_leaves(valid)
-    a, b = prior[0], prior[1]
-    terms = (
-        jnp.where(m, a * jnp.log(t) + (b - a) * jnp.log1p(-t), 0.0)
-        for t, m in zip(leaves, masks, strict=True)
-    )
-    return sum(jnp.sum(t) for t in terms)
+    total = jnp.zeros(())
+    for name, t in params.items():
+        p = prior_of(prior, name)
+        a, b = p[0], p[1]
+        m = True if valid is None else valid[name]
+        total = total + jnp.sum(jnp.where(m, a * jnp.log(t) + (b - a) * jnp.log1p(-t), 0.0))
+    return total
 
 
 @partial(jit, static_argnames=("stats_fn", "mstep_fn", "max_iter", "mesh"))
@@ -197,7 +204,8 @@ def run_em(
         mstep_fn: M-step ``(stats, prior) -> params`` (same structure as ``params0``).
         params0: initial parameters (a pytree of arrays in (0, 1)).
         batch: the log (:func:`make_batch`).
-        prior: ``[2]`` pseudo-counts (numerator, denominator).
+        prior: ``[2]`` pseudo-counts (numerator, denominator), or a dict of them by
+            parameter name.
         tol: stop when ``max |theta_new - theta_old| < tol``.
         valid: optional pytree of booleans shaped like ``params0``: the entries that count in
             the objective (``False`` on the padding of parameter tables, which no session

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxcal.clicks._em import ratio
+from jaxcal.clicks._em import prior_of, ratio
 
 __all__ = [
     "by_pair",
@@ -48,5 +48,6 @@ def chain_loglik(w: jax.Array, cond: jax.Array, clicks: jax.Array, mask: jax.Arr
 
 
 def mstep_ratios(stats: dict, prior: jax.Array) -> dict:
-    """M-step of every model: ``{name: (num, den)} -> {name: (a + num) / (b + den)}``."""
-    return {k: ratio(num, den, prior) for k, (num, den) in stats.items()}
+    """M-step of every model: ``{name: (num, den)} -> {name: (a + num) / (b + den)}``, with
+    each parameter's pseudo-counts ``(a, b)`` (:func:`jaxcal.clicks._em.prior_of`)."""
+    return {k: ratio(num, den, prior_of(prior, k)) for k, (num, den) in stats.items()}

@@ -135,7 +135,6 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
     same optimum) is taken from the sketch, and the sketch's weights are rescaled to the
     full total weight so that the penalty keeps its relative strength.
     """
-    dtype = t.dtype
     W = jnp.sum(w)
     slope, centre, sd, usable = _standardisation(phi(rows[::stride]), w[::stride], intercept)
     if stride > 1:
@@ -151,6 +150,19 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
         )
     else:
         rs, ts, ws = rows, t, w
+    coords = _coordinates(slope, centre, sd, C, l2, intercept, jnp.sum(w * t) / W)
+
+    def problem(r, t, w):
+        return _Problem(r, t, w, centre, 1.0 / sd, jnp.sum(w), *coords)
+
+    return problem(rows, t, w), (problem(rs, ts, ws) if stride > 1 else None)
+
+
+def _coordinates(slope, centre, sd, C, l2, intercept, tbar):
+    """The fields ``(C, C0, Q, A, A_inv, eta0)`` of a :class:`_Problem` standardised by
+    ``centre`` and ``sd`` (``slope``: the non-intercept columns), with the mean target
+    ``tbar`` for the intercept-only start."""
+    dtype = sd.dtype
     p = centre.shape[0]
     A = jnp.diag(1.0 / sd)
     if intercept is not None:
@@ -161,13 +173,9 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
     Q = l2 * (A.T @ jnp.diag(slope.astype(dtype)) @ A)
     eta0 = jnp.zeros(p, dtype)
     if intercept is not None:
-        tbar = jnp.clip(jnp.sum(w * t) / W, 1e-6, 1 - 1e-6)
+        tbar = jnp.clip(tbar, 1e-6, 1 - 1e-6)
         eta0 = eta0.at[intercept].set(jnp.log(tbar) - jnp.log1p(-tbar))
-
-    def problem(r, t, w):
-        return _Problem(r, t, w, centre, 1.0 / sd, jnp.sum(w), C @ A, C, Q, A, A_inv, eta0)
-
-    return problem(rows, t, w), (problem(rs, ts, ws) if stride > 1 else None)
+    return C @ A, C, Q, A, A_inv, eta0
 
 
 def _value_grad_hess(prob: _Problem, phi, eta):
@@ -259,65 +267,102 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
     iteration evaluates the objective, gradient and Hessian at one trial point in a single
     data pass; the trial is accepted by the Armijo test (then it is the next iterate and its
     derivatives are already at hand) or the step is halved.
+
+    The loop is :func:`_newton_start`, then :func:`_newton_update` after each data pass at
+    :func:`_newton_trial` while :func:`_newton_running`: the pieces a streamed fit
+    (``jaxcal.fitting.streamed``) runs with its passes over chunks instead.
     """
-    dtype = prob.t.dtype
-    eps = jnp.finfo(dtype).eps
-    p = prob.C.shape[1]
-    eye = jnp.eye(p, dtype=dtype)
-    W = prob.W
-    P = _projector(prob.C, active)
-
-    def newton_step(g, H):
-        Hs = P @ H @ P
-        ridge = eps * jnp.trace(Hs) / jnp.maximum(jnp.trace(P), 1.0)
-        gs = P @ g  # the gradient within the subspace
-        d = P @ -_spd_solve(Hs + ridge * P + (eye - P), gs)
-        return d, -(gs @ d)
-
-    # The loop's first trial is the start itself (alpha * d = 0, accepted against f = inf),
-    # so the data pass is traced once; n_iter counts the Newton steps after it.
-    # The iterate's vectors and values travel packed in one array x = [eta, g, d, f, dec],
-    # so accepting a trial is one select (a kernel per leaf would double the compile time).
-    def unpack(x):
-        return x[:p], x[p : 2 * p], x[2 * p : 3 * p], x[3 * p], x[3 * p + 1]
-
-    def pack(eta, g, d, f, dec):
-        return jnp.concatenate([eta, g, d, jnp.stack([f, dec])])
-
-    zero = jnp.zeros(p, dtype)
-    x0 = pack(P @ prob.eta0, zero, zero, jnp.asarray(jnp.inf, dtype), jnp.zeros((), dtype))
-    # state: x, alpha, halvings, it, code, done
-    init = (x0, jnp.ones((), dtype), jnp.int32(0), jnp.int32(0), jnp.int32(MAX_ITER), False)
-
-    def cond(state):
-        it, done = state[3], state[5]
-        return (~done) & (it <= max_iter)
+    P, init = _newton_start(prob, active)
 
     def body(state):
-        x, alpha, halvings, it, code, done = state
-        eta, g, d, f, dec = unpack(x)
-        trial = eta + alpha * d
-        f_t, g_t, H_t = _value_grad_hess(prob, phi, trial)
-        slack = 8 * eps * jnp.abs(f)
-        ok = jnp.isfinite(f_t) & (f_t <= f - _ARMIJO_C * alpha * dec + slack)
-        d_t, dec_t = newton_step(g_t, H_t)
-        out_of_range = jnp.max(jnp.abs(trial)) > _DIVERGENCE_BOUND
-        bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)))
-        # f = inf until the start is accepted: a non-finite objective there is final
-        gave_up = (~ok) & ((halvings + 1 >= _MAX_HALVINGS) | jnp.isinf(f))
-        diverged = bad_step | gave_up
-        accept = ok & ~bad_step
-        converged = accept & (dec_t <= 2 * tol * W)
-        code = jnp.where(diverged, DIVERGED, jnp.where(converged, CONVERGED, MAX_ITER))
-        return (
-            jnp.where(accept, pack(trial, g_t, d_t, f_t, dec_t), x),
-            jnp.where(accept, 1.0, 0.5 * alpha).astype(dtype),
-            jnp.where(accept, 0, halvings + 1),
-            jnp.where(accept | diverged, it + 1, it),
-            code.astype(jnp.int32),
-            diverged | converged,
-        )
+        f_t, g_t, H_t = _value_grad_hess(prob, phi, _newton_trial(state))
+        return _newton_update(P, prob.W, tol, state, f_t, g_t, H_t)
 
-    x, _, _, it, code, _ = jax.lax.while_loop(cond, body, init)
-    eta, g, _, f, _ = unpack(x)
+    state = jax.lax.while_loop(lambda state: _newton_running(state, max_iter), body, init)
+    return _newton_candidate(state)
+
+
+# The loop's first trial is the start itself (alpha * d = 0, accepted against f = inf),
+# so the data pass is traced once; n_iter counts the Newton steps after it.
+# The iterate's vectors and values travel packed in one array x = [eta, g, d, f, dec],
+# so accepting a trial is one select (a kernel per leaf would double the compile time).
+# The loop state is (x, alpha, halvings, it, code, done).
+def _unpack_iterate(x):
+    p = (x.shape[0] - 2) // 3
+    return x[:p], x[p : 2 * p], x[2 * p : 3 * p], x[3 * p], x[3 * p + 1]
+
+
+def _pack_iterate(eta, g, d, f, dec):
+    return jnp.concatenate([eta, g, d, jnp.stack([f, dec])])
+
+
+def _newton_start(prob: _Problem, active):
+    """The projector onto the face of the ``active`` rows and the loop's initial state."""
+    dtype = prob.t.dtype
+    p = prob.C.shape[1]
+    P = _projector(prob.C, active)
+    zero = jnp.zeros(p, dtype)
+    inf = jnp.asarray(jnp.inf, dtype)
+    x0 = _pack_iterate(P @ prob.eta0, zero, zero, inf, jnp.zeros((), dtype))
+    init = (x0, jnp.ones((), dtype), jnp.int32(0), jnp.int32(0), jnp.int32(MAX_ITER), False)
+    return P, init
+
+
+def _newton_running(state, max_iter):
+    it, done = state[3], state[5]
+    return (~done) & (it <= max_iter)
+
+
+def _newton_trial(state):
+    """The point the next data pass evaluates."""
+    x, alpha = state[0], state[1]
+    eta, _, d, _, _ = _unpack_iterate(x)
+    return eta + alpha * d
+
+
+def _newton_direction(P, g, H):
+    """The Newton step within the subspace of projector ``P`` and its decrement."""
+    dtype = g.dtype
+    eps = jnp.finfo(dtype).eps
+    eye = jnp.eye(g.shape[0], dtype=dtype)
+    Hs = P @ H @ P
+    ridge = eps * jnp.trace(Hs) / jnp.maximum(jnp.trace(P), 1.0)
+    gs = P @ g  # the gradient within the subspace
+    d = P @ -_spd_solve(Hs + ridge * P + (eye - P), gs)
+    return d, -(gs @ d)
+
+
+def _newton_update(P, W, tol, state, f_t, g_t, H_t):
+    """The loop state after the data pass at :func:`_newton_trial`: objective ``f_t``,
+    gradient ``g_t`` and Hessian ``H_t`` there (``W``: the total weight)."""
+    x, alpha, halvings, it, code, done = state
+    eta, g, d, f, dec = _unpack_iterate(x)
+    dtype = eta.dtype
+    eps = jnp.finfo(dtype).eps
+    trial = eta + alpha * d
+    slack = 8 * eps * jnp.abs(f)
+    ok = jnp.isfinite(f_t) & (f_t <= f - _ARMIJO_C * alpha * dec + slack)
+    d_t, dec_t = _newton_direction(P, g_t, H_t)
+    out_of_range = jnp.max(jnp.abs(trial)) > _DIVERGENCE_BOUND
+    bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)))
+    # f = inf until the start is accepted: a non-finite objective there is final
+    gave_up = (~ok) & ((halvings + 1 >= _MAX_HALVINGS) | jnp.isinf(f))
+    diverged = bad_step | gave_up
+    accept = ok & ~bad_step
+    converged = accept & (dec_t <= 2 * tol * W)
+    code = jnp.where(diverged, DIVERGED, jnp.where(converged, CONVERGED, MAX_ITER))
+    return (
+        jnp.where(accept, _pack_iterate(trial, g_t, d_t, f_t, dec_t), x),
+        jnp.where(accept, 1.0, 0.5 * alpha).astype(dtype),
+        jnp.where(accept, 0, halvings + 1),
+        jnp.where(accept | diverged, it + 1, it),
+        code.astype(jnp.int32),
+        diverged | converged,
+    )
+
+
+def _newton_candidate(state) -> _Candidate:
+    """The candidate of a finished loop."""
+    x, it, code = state[0], state[3], state[4]
+    eta, g, _, f, _ = _unpack_iterate(x)
     return _Candidate(eta, f, code, jnp.maximum(it - 1, 0), g)

@@ -4,7 +4,9 @@ decompositions (Dimitriadis et al. 2021), calibration tests (SKCE, Spiegelhalter
 per-user ranking metrics
 (``ndcg_at_k``, ``recall_at_k``; the per-user AUC is ``jaxcal.metrics.ranking.auc``, apart
 from the pooled binary ``auc``), and metrics of explicit-rating predictions (``rating_mse``,
-``rating_mae``, ``kendall_tau_per_user``)."""
+``rating_mae``, ``kendall_tau_per_user``), and the same metrics from counts by distinct score
+(``score_counts``; ``auc_from_counts``, ... for data larger than memory or spread over
+processes)."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -34,5 +36,12 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "rating_mse": "jaxcal.metrics.ratings",
         "rating_mae": "jaxcal.metrics.ratings",
         "kendall_tau_per_user": "jaxcal.metrics.ratings",
+        "ScoreCounts": "jaxcal.fitting.score_counts",
+        "score_counts": "jaxcal.fitting.score_counts",
+        "auc_from_counts": "jaxcal.metrics.counts",
+        "brier_from_counts": "jaxcal.metrics.counts",
+        "nll_from_counts": "jaxcal.metrics.counts",
+        "ece_from_counts": "jaxcal.metrics.counts",
+        "mce_from_counts": "jaxcal.metrics.counts",
     },
 )

@@ -139,7 +139,7 @@ def test_groups_equal_a_loop_of_sklearn_fits(layout, dtype):
     np.testing.assert_allclose(_portable(x, y, w, group), ref, atol=EXACT)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -60,7 +60,7 @@ def _pyarrow():
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "reading Parquet needs pyarrow (pip install pyarrow, or the dev extra); or "
+            "reading Parquet needs pyarrow (pip install 'jaxcal[parquet]' or pyarrow); or "
             "convert the log to NumPy arrays and use read_npz."
         ) from exc
     return pa, pc, pq
