@@ -66,9 +66,7 @@ def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
 def _as_words(x: np.ndarray) -> np.ndarray:
     """A 1-D array of 32-bit words holding the bytes of ``x`` (64-bit values split in two)."""
     x = np.ascontiguousarray(x).reshape(-1)
-    if x.dtype.itemsize == 8:
-        return x.view(np.uint32)
-    if x.dtype.itemsize == 4:
+    if x.dtype.itemsize in (4, 8):
         return x.view(np.uint32)
     return x.astype(np.int32)  # bool / 8- and 16-bit integers: widened (values preserved)
 

@@ -25,6 +25,7 @@ statistics, current and next value (4 or 8 bytes each, docs/clicks.md gives the 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
@@ -295,26 +296,24 @@ def stream_closed_form(
     return _mstep(mstep_fn, stats, prior)
 
 
-class spill_folder:
-    """The folder for encoded chunks: ``spill`` itself when it is a path, a temporary
-    folder (removed afterwards) when it is ``True``, none when it is ``False``/``None``."""
-
-    def __init__(self, spill: Any):
-        if spill is None or spill is False:
-            self.path, self._temp = None, False
-        elif spill is True:
-            self.path, self._temp = Path(tempfile.mkdtemp(prefix="jaxcal-spill-")), True
-        else:
-            self.path, self._temp = Path(spill), False
-            if distributed.process_count() > 1:  # a shared folder: one subfolder each
-                self.path = self.path / f"process-{distributed.process_index()}"
-            self.path.mkdir(parents=True, exist_ok=True)
-            if any(self.path.iterdir()):
-                raise ValueError(f"spill folder {self.path} is not empty.")
-
-    def __enter__(self) -> Path | None:
-        return self.path
-
-    def __exit__(self, *exc) -> None:
-        if self._temp and self.path is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
+@contextlib.contextmanager
+def spill_folder(spill: Any) -> Iterator[Path | None]:
+    """The folder for encoded chunks: ``spill`` itself when it is a path (one subfolder per
+    process in a ``jax.distributed`` job), a temporary folder (removed afterwards) when it
+    is ``True``, none when it is ``False`` / ``None``."""
+    if spill is None or spill is False:
+        yield None
+    elif spill is True:
+        path = Path(tempfile.mkdtemp(prefix="jaxcal-spill-"))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+    else:
+        path = Path(spill)
+        if distributed.process_count() > 1:  # a shared folder: one subfolder each
+            path = path / f"process-{distributed.process_index()}"
+        path.mkdir(parents=True, exist_ok=True)
+        if any(path.iterdir()):
+            raise ValueError(f"spill folder {path} is not empty.")
+        yield path
