@@ -139,13 +139,28 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
             command.append("--quiet")
         code = "import sys; from jaxcal.cli import main; sys.exit(main(sys.argv[1:]))"
         workers.append(subprocess.Popen([sys.executable, "-c", code, *command]))
-    codes = [w.wait() for w in workers]
-    bad = [(i, c) for i, c in enumerate(codes) if c != 0]
-    if bad:
-        i, c = bad[0]
-        print(f"jaxcal clicks: process {i} failed (exit status {c}).", file=sys.stderr)
-        return c if c > 0 else 1
-    return 0
+    return _supervise(workers)
+
+
+def _supervise(workers: list[subprocess.Popen]) -> int:
+    """Wait for the workers; when one fails, stop the others (they would wait forever in a
+    collective for the one that is gone) and return its exit status."""
+    try:
+        while True:
+            codes = [w.poll() for w in workers]
+            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                i, c = bad[0]
+                print(f"jaxcal clicks: process {i} failed (exit status {c}).", file=sys.stderr)
+                return c if c > 0 else 1
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(0.2)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import jax
 import numpy as np
@@ -206,3 +209,18 @@ def test_command_line_rejects_bad_arguments(tmp_path, capsys):
     assert "at least 2 log files" in capsys.readouterr().err
     assert main([*base, "--log", "a.parquet", "--coordinator", "localhost:1"]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_command_line_stops_the_other_processes_when_one_fails(capsys):
+    from jaxcal.cli.clicks import _supervise
+
+    def start(code):
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    waiting = start("import time; time.sleep(600)")  # a worker blocked in a collective
+    start_time = time.perf_counter()
+    assert _supervise([waiting, start("import sys; sys.exit(3)")]) == 3
+    assert time.perf_counter() - start_time < 60
+    assert waiting.poll() is not None  # killed, not left behind
+    assert "process 1 failed (exit status 3)" in capsys.readouterr().err
+    assert _supervise([start("pass"), start("pass")]) == 0
