@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -105,6 +106,30 @@ class CompileCounter:
 def compiles():
     """Factory of :class:`CompileCounter` context managers."""
     return CompileCounter
+
+
+# Every program XLA compiles for the CPU maps its code into memory (about 19 mappings each),
+# and Linux allows a process 65,530 mappings (vm.max_map_count): a worker that keeps the
+# programs of a thousand tests alive runs out, and LLVM aborts the next compile ("Unable to
+# allocate section memory"). Past a third of the limit, a test's teardown drops JAX's
+# compiled programs (later tests recompile theirs, or load them from the shared cache).
+_MAPPINGS_BEFORE_CLEARING = 20_000
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return fh.read().count(b"\n")
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    yield
+    if _mappings() > _MAPPINGS_BEFORE_CLEARING:
+        jax.clear_caches()
+        gc.collect()
 
 
 # Named tolerances (see docs/STYLE): float64 oracle comparisons, float32 paths.
