@@ -113,7 +113,15 @@ def compiles():
 # programs of a thousand tests alive runs out, and LLVM aborts the next compile ("Unable to
 # allocate section memory"). Past a third of the limit, a test's teardown drops JAX's
 # compiled programs (later tests recompile theirs, or load them from the shared cache).
-_MAPPINGS_BEFORE_CLEARING = 20_000
+def _mapping_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 65_530
+
+
+_MAPPINGS_BEFORE_CLEARING = _mapping_limit() // 3
 
 
 def _mappings() -> int:
