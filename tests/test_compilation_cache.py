@@ -190,6 +190,18 @@ def test_cpu_compiler_options(monkeypatch):
         _jit.cpu_compiler_options.cache_clear()
 
 
+def test_optimize_keeps_llvm_optimisation_at_every_size(monkeypatch):
+    """``jit(..., optimize=True)`` (BBQ's scores, the AUC) compiles small inputs with the
+    options of large ones; the result is the same."""
+    monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
+    x = np.linspace(0.0, 3.0, 16)
+    f = _jit.jit(lambda x: jnp.sum(jnp.sin(x)), optimize=True)
+    plain = _jit.jit(lambda x: jnp.sum(jnp.sin(x)))
+    np.testing.assert_allclose(float(f(x)), float(plain(x)), rtol=1e-15)
+    assert set(f._jitted) == {(True, False)}  # (cpu, small): the large-input options
+    assert set(plain._jitted) == {(True, True)}
+
+
 def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatch):
     """Inputs up to SMALL_PROGRAM_ELEMENTS compile without LLVM's optimisations; the
     linear-logit solver (reductions and a Newton loop, no interpolation that an optimised

@@ -8,7 +8,9 @@ programs are cached across runs by the library (``jaxcal._compilation_cache``, i
 ``$JAXCAL_COMPILATION_CACHE``, default ``~/.cache/jaxcal/xla``; ``0`` turns it off). The
 command line (an application, unlike the library, which never changes global JAX settings)
 also turns on JAX's persistent compilation cache, in the ``jax`` folder inside it, for the
-other programs a run compiles (NumPyro's samplers, JAX's own helpers). That folder has one
+other programs a run compiles (NumPyro's samplers, JAX's own helpers, eager operations),
+every one of them however fast it compiles (JAX's default keeps only programs that compile
+for over a second). That folder has one
 subfolder per version of jaxcal's source (older ones are removed): a jaxcal program that
 JAX loads from its own cache is not stored in jaxcal's (``jaxcal._jit``), so after an
 upgrade JAX's cache must miss once for jaxcal's to fill again. A cache directory the user
@@ -57,6 +59,10 @@ def enable_compilation_cache() -> Path | None:
     except OSError:  # read-only home: run without a cache
         return None
     jax.config.update("jax_compilation_cache_dir", str(path))
+    # every program, not only those that compile in over a second (JAX's default): a run
+    # compiles dozens of small ones (eager operations, 0.02-0.15 s each), and loading one
+    # takes milliseconds
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return path
 
 

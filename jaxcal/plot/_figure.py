@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["new_figure", "save_figure", "INSTALL_HINT"]
+__all__ = ["new_figure", "save_figure", "plain_log_labels", "INSTALL_HINT"]
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'jaxcal[plot]' (or pip install matplotlib)"
 
@@ -33,8 +33,18 @@ def new_figure(figsize: tuple[float, float], *, layout: str | None = "constraine
 
 
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int) -> Path:
-    """Write ``fig`` as a PNG (parent folders created) and return the path."""
+    """Write ``fig`` as a PNG (parent folders created) and return the path. zlib's fastest
+    level: a tenth of the drawing time instead of a third, for files about 1.3x larger."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, format="png")
+    fig.savefig(path, dpi=dpi, format="png", pil_kwargs={"compress_level": 1})
     return path
+
+
+def plain_log_labels(axis: Any) -> None:
+    """Label a log-scaled axis with plain numbers (0.01, 100), not mathtext powers of ten,
+    whose typesetting is a large share of a small figure's drawing time."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())

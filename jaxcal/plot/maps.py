@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._validation import check_labels, check_sample_weight, check_scores
-from jaxcal.plot._figure import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, plain_log_labels, save_figure
 
 __all__ = ["calibration_map", "score_histograms"]
 
@@ -105,7 +105,9 @@ def calibration_map(
             raise ValueError(f"length mismatch: {rs.size} reference scores, {rt.size} targets.")
         ref = _binned_means(rs, rt, lo, hi, int(n_reference_bins))
 
-    fig = new_figure((7.0, 4.6))
+    # margins in inches, set by hand: constrained layout would measure every tick label
+    fig = new_figure((7.0, 4.6), layout=None)
+    fig.subplots_adjust(left=0.8 / 7.0, right=1 - 0.85 / 7.0, bottom=0.6 / 4.6, top=1 - 0.4 / 4.6)
     ax = fig.add_subplot()
     if hist is not None:
         axh = ax.twinx()
@@ -121,6 +123,7 @@ def calibration_map(
             axh.stairs(np.histogram(s[y == 1], bins)[0], bins, fill=True, color=POSITIVE_COLOR,
                        alpha=0.25, label="y = 1")  # fmt: skip
         axh.set_yscale("log")
+        plain_log_labels(axh.yaxis)
         axh.set_ylabel("count (histogram, log scale)", color="0.4")
         axh.tick_params(axis="y", colors="0.4")
         ax.set_zorder(axh.get_zorder() + 1)
@@ -179,16 +182,20 @@ def score_histograms(
     y = check_labels(labels, s.shape[0])
     w = check_sample_weight(sample_weight, s.shape[0])
     edges = np.linspace(s.min(), s.max(), int(bins) + 1) if s.min() < s.max() else int(bins)
-    fig = new_figure((6.4, 4.2))
+    fig = new_figure((6.4, 4.2), layout=None)  # margins by hand, as in calibration_map
+    fig.subplots_adjust(left=0.85 / 6.4, right=1 - 0.2 / 6.4, bottom=0.6 / 4.2, top=1 - 0.4 / 4.2)
     ax = fig.add_subplot()
     for cls, color, name in ((0, NEGATIVE_COLOR, "y = 0"), (1, POSITIVE_COLOR, "y = 1")):
         mask = (y == cls) & (w > 0)
         if not mask.any():
             continue
-        ax.hist(s[mask], bins=edges, weights=w[mask], density=density, color=color,
-                alpha=0.45, label=f"{name} (n = {int(mask.sum())})")  # fmt: skip
+        heights, at = np.histogram(s[mask], bins=edges, weights=w[mask], density=density)
+        # one filled step patch per class (hist draws a patch per bin)
+        ax.stairs(heights, at, fill=True, color=color, alpha=0.45,
+                  label=f"{name} (n = {int(mask.sum())})")  # fmt: skip
     if log:
         ax.set_yscale("log")
+        plain_log_labels(ax.yaxis)
     ax.set_xlabel("score s")
     ax.set_ylabel("density" if density else "weighted count")
     ax.legend(loc="upper right", frameon=False)  # "best" searches the bars: slow, warns

@@ -127,7 +127,7 @@ def test_coverage_of_90_percent_intervals():
 def test_posterior_mean_approaches_point_fit():
     """|E[p(s)] - p_MLE(s)| shrinks with n (posterior mean and MLE differ by O(1/n)); the
     MLE is scipy's. The three sizes are masked rows of one batch (one compile)."""
-    sizes = (100, 1000, 10000)
+    sizes = (100, 1000, 4000)
     nmax = sizes[-1]
     S = np.zeros((3, nmax))
     Y = np.zeros((3, nmax))
@@ -146,7 +146,7 @@ def test_posterior_mean_approaches_point_fit():
         a, b = scipy_platt(S[i, :n], Y[i, :n])
         gaps.append(np.max(np.abs(mean[i] - expit(a * grid + b))))
     assert gaps[2] < gaps[0]
-    assert gaps[2] < 0.005
+    assert gaps[2] < 0.003  # 0.0004-0.0006 over seeds 4-6 (NUTS noise included)
 
 
 @pytest.mark.slow

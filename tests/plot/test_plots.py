@@ -78,20 +78,27 @@ def test_drawn_bars_equal_numpy_bins(symmetric):
     ax, ax_count = fig.add_subplot(211), fig.add_subplot(212)
     rel_mod._draw_panel(ax, ax_count, reliability(p, y, n_bins=10, symmetric=symmetric),
                         symmetric=symmetric)  # fmt: skip
-    acc_bars, gap_bars, count_bars = ax.containers[0], ax.containers[1], ax_count.containers[0]
+    # each set of bars is one collection of rectangles (left, bottom, right, top per bar)
+    acc_bars, gap_bars = _rectangles(ax.collections[0]), _rectangles(ax.collections[1])
+    count_bars = _rectangles(ax_count.collections[0])
     full = ref[:, 0] > 0
     conf, acc = ref[full, 1], ref[full, 2]
     if symmetric:  # bins with midpoint below 0.5 are drawn for the negative class
         neg = (np.arange(10)[full] + 0.5) / 10 < 0.5
         conf, acc = np.where(neg, 1 - conf, conf), np.where(neg, 1 - acc, acc)
-    heights = np.array([b.get_height() for b in acc_bars])
-    np.testing.assert_allclose(heights, acc, atol=TOL)
-    tops = np.array([b.get_y() + b.get_height() for b in gap_bars])
-    np.testing.assert_allclose(tops, conf, atol=TOL)  # the gap bar ends at the confidence
-    lefts = np.array([b.get_x() for b in acc_bars])
-    np.testing.assert_allclose(lefts, np.arange(10)[full] / 10, atol=TOL)
-    shares = np.array([b.get_height() for b in count_bars])
-    np.testing.assert_allclose(shares, ref[full, 0] / p.size, atol=TOL)
+    np.testing.assert_allclose(acc_bars[:, 1], 0.0, atol=TOL)
+    np.testing.assert_allclose(acc_bars[:, 3], acc, atol=TOL)
+    np.testing.assert_allclose(gap_bars[:, 1], acc, atol=TOL)  # from the accuracy...
+    np.testing.assert_allclose(gap_bars[:, 3], conf, atol=TOL)  # ...to the confidence
+    np.testing.assert_allclose(acc_bars[:, 0], np.arange(10)[full] / 10, atol=TOL)
+    np.testing.assert_allclose(acc_bars[:, 2], (np.arange(10)[full] + 1) / 10, atol=TOL)
+    np.testing.assert_allclose(count_bars[:, 3], ref[full, 0] / p.size, atol=TOL)
+
+
+def _rectangles(collection) -> np.ndarray:
+    """``[bars, 4]``: left, bottom, right, top of each rectangle of a collection."""
+    corners = np.array([path.vertices[:4] for path in collection.get_paths()])
+    return np.stack([corners[:, 0, 0], corners[:, 0, 1], corners[:, 2, 0], corners[:, 2, 1]], 1)
 
 
 def test_calibration_map_draws_predict_and_binned_reference(tmp_path):
