@@ -21,8 +21,9 @@ Two things set a jaxcal program apart from ``jax.jit``:
   LLVM's full optimisation, and so do programs declared with ``jit(..., optimize=True)``:
   heavy arithmetic per element (BBQ's log-gamma model scores, the AUC's tie groups), which
   runs 2-4x faster optimised, at every size, for a compile 0.1-0.3 s longer. XLA fixes
-  the order of every reduction and LLVM does not reorder floating-point operations, so results agree to the last bit or two (only an
-  optimised program fuses ``a * b + c`` into one fused multiply-add).
+  the order of every reduction and LLVM does not reorder floating-point operations, so
+  results agree to the last bit or two (only an optimised program fuses ``a * b + c`` into
+  one fused multiply-add).
 * **A cache of compiled programs on disk** (``jaxcal._compilation_cache``): with the cache
   on (the default), a call looks its program up by function, static arguments, input
   shapes and dtypes; a hit in memory calls the compiled executable, a hit on disk loads it
