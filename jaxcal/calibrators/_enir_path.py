@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxcal.calibrators._knots import cummax, cumsum, searchsorted
+from jaxcal._scan import cummax, cumsum, searchsorted
 
 __all__ = ["trace_path", "average_path", "path_values"]
 

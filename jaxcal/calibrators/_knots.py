@@ -1,6 +1,6 @@
-"""Piecewise maps on knots, shared by the non-parametric calibrators: sorted search (unrolled
-for small tables), cumulative sums and maxima, linear interpolation between knots, and knot
-tables padded to size buckets so that predicting compiles once per bucket.
+"""Piecewise maps on knots, shared by the non-parametric calibrators: linear interpolation
+between knots, and knot tables padded to size buckets so that predicting compiles once per
+bucket (the sorted search they use is in ``jaxcal._scan``).
 """
 
 from __future__ import annotations
@@ -10,64 +10,16 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._fitdata import maybe_check_scores
 from jaxcal._jit import jit
+from jaxcal._scan import searchsorted
 
-__all__ = ["searchsorted", "cumsum", "cummax", "interpolate", "padded_knots", "knot_map"]
+__all__ = ["interpolate", "padded_knots", "knot_map"]
 
-_UNROLL_STEPS = 5  # binary searches over fewer than 32 edges are unrolled (faster to compile)
 MIN_KNOTS = 1024  # knot tables of predict programs hold at least this many entries
-
-
-def searchsorted(edges: jax.Array, x: jax.Array, *, side: str = "right") -> jax.Array:
-    """``jnp.searchsorted(edges, x, side=side)`` for sorted ``edges``: how many edges are
-    ``<= x`` (``"right"``) or ``< x`` (``"left"``), for every ``x``. A branch-free binary
-    search, ``ceil(log2(K + 1))`` steps of one gather in a ``fori_loop`` (unrolled for small
-    tables), which XLA compiles faster than ``jnp.searchsorted`` and runs as fast. Plain
-    comparisons (``-0.0`` ties ``0.0``, as in NumPy)."""
-    edges = jnp.asarray(edges)
-    k = edges.shape[0]
-    count = jnp.zeros(jnp.shape(x), jnp.int32)
-    if k == 0:
-        return count
-    below = jnp.less_equal if side == "right" else jnp.less
-    top = 1 << (k.bit_length() - 1)
-
-    def body(i, lo):
-        cand = lo + jnp.right_shift(top, i)
-        ok = (cand <= k) & below(edges[jnp.minimum(cand, k) - 1], x)
-        return jnp.where(ok, cand, lo)
-
-    steps = k.bit_length()
-    return lax.fori_loop(0, steps, body, count, unroll=steps <= _UNROLL_STEPS)
-
-
-def _scan_cpu(op, x: jax.Array, init: jax.Array, reverse: bool) -> jax.Array:
-    return lax.scan(lambda c, v: (op(c, v),) * 2, init, x, reverse=reverse)[1]
-
-
-def cumsum(x: jax.Array) -> jax.Array:
-    """Inclusive prefix sum of a 1-D array (``jnp.cumsum``). CPU programs add in order
-    (``np.cumsum``'s rounding) in one ``lax.scan``, which XLA compiles in a third of the time
-    of ``jnp.cumsum``'s window tree and runs at least as fast; other backends keep
-    ``jnp.cumsum`` (a sequential loop is slow on an accelerator)."""
-    return lax.platform_dependent(
-        x, cpu=lambda x: _scan_cpu(jnp.add, x, jnp.zeros((), x.dtype), False), default=jnp.cumsum
-    )
-
-
-def cummax(x: jax.Array, *, reverse: bool = False) -> jax.Array:
-    """Inclusive prefix maximum of a 1-D array (``lax.cummax``); as :func:`cumsum`, a
-    ``lax.scan`` in CPU programs."""
-    return lax.platform_dependent(
-        x,
-        cpu=lambda x: _scan_cpu(jnp.maximum, x, x[-1 if reverse else 0], reverse),
-        default=lambda x: lax.cummax(x, reverse=reverse),
-    )
 
 
 def interpolate(u: jax.Array, knots_x: jax.Array, knots_y: jax.Array) -> jax.Array:

@@ -17,7 +17,7 @@ from numpyro.distributions import biject_to, constraints
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 from jaxcal._jit import jit
-from jaxcal.calibrators._knots import searchsorted
+from jaxcal._scan import searchsorted
 
 __all__ = [
     "MONOTONE",

@@ -60,8 +60,8 @@ from jaxcal import _shapes
 from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._scan import cummax, cumsum
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._knots import cummax, cumsum
 from jaxcal.calibrators._scaling import (
     ORDER,
     ScoreScaling,

@@ -36,8 +36,8 @@ from jaxcal import _shapes
 from jaxcal._fitdata import FitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._scan import searchsorted
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._knots import searchsorted
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
@@ -46,18 +46,24 @@ _STRATEGIES = ("uniform", "quantile")
 
 
 def histogram_edges(
-    scores: jax.Array, n_bins: int, strategy: str, *, n: ArrayLike | None = None
+    scores: jax.Array,
+    n_bins: int,
+    strategy: str,
+    *,
+    n: ArrayLike | None = None,
+    presorted: bool = False,
 ) -> jax.Array:
     """``[n_bins - 1]`` inner bin edges; bin ``b`` is ``edges[b-1] <= s < edges[b]``.
 
     ``n``: the number of real scores (traced, default all); the scores after them are
     padding, which must not lie below any real score (copies of the largest one), so that
-    the edges are those of the first ``n`` scores."""
+    the edges are those of the first ``n`` scores. ``presorted``: the scores are sorted
+    (the quantile edges then need no sort in the program)."""
     n = scores.shape[0] if n is None else n
     if strategy == "uniform":
         lo, hi = jnp.min(scores), jnp.max(scores)
         return lo + (hi - lo) * jnp.arange(1, n_bins, dtype=scores.dtype) / n_bins
-    ss = jnp.sort(scores)
+    ss = scores if presorted else jnp.sort(scores)
     pos = (jnp.arange(1, n_bins) * n) // n_bins
     return ss[pos]
 
@@ -99,9 +105,12 @@ def step_map(scores: ArrayLike, edges: jax.Array, values: jax.Array) -> jax.Arra
     return _shapes.map_padded(lambda x: _step_map_core(x, e, v), s)
 
 
-@functools.partial(jit, static_argnames=("n_bins", "strategy"))
-def _fit_histogram(s, t, w, n, *, n_bins: int, strategy: str):
-    edges = histogram_edges(s, n_bins, strategy, n=n)
+@functools.partial(jit, static_argnames=("n_bins", "strategy", "presorted"))
+def _fit_histogram(s, t, w, n, *, n_bins: int, strategy: str, presorted: bool):
+    """Edges, filled bin values and bin weights; ``presorted``: the points come sorted by
+    score (on CPU the caller sorts them: NumPy's sort takes a tenth of the time of XLA's
+    comparator sort)."""
+    edges = histogram_edges(s, n_bins, strategy, n=n, presorted=presorted)
     b = searchsorted(edges, s)
     W = jax.ops.segment_sum(w, b, num_segments=n_bins)
     T = jax.ops.segment_sum(w * t, b, num_segments=n_bins)
@@ -156,14 +165,18 @@ class HistogramBinning(Calibrator):
         scaling, s = fit_scaling(
             d.scores, d.weights, shift=True, kind=ORDER, what="HistogramBinning"
         )
-        padded = _shapes.pad_rows(
-            _shapes.padded_size(n), s, d.targets, d.weights, fills=(s.max(), 0, 0)
-        )
+        t, w = d.targets, d.weights
+        presorted = self.strategy == "quantile" and jax.default_backend() == "cpu"
+        if presorted:  # see _fit_histogram; the bin sums do not depend on the order
+            order = np.argsort(s)
+            s, t, w = s[order], t[order], w[order]
+        padded = _shapes.pad_rows(_shapes.padded_size(n), s, t, w, fills=(s.max(), 0, 0))
         dtype = jnp.result_type(float)
         edges, values, W = _fit_histogram(
-            *(jax.device_put(np.asarray(a, dtype)) for a in padded),
+            *(np.asarray(a, dtype) for a in padded),  # copied in by the call
             n,
             n_bins=int(self.n_bins),
             strategy=self.strategy,
+            presorted=presorted,
         )
         return FittedHistogram(edges=edges, values=values, bin_weight=W, scaling=scaling)

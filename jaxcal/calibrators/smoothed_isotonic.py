@@ -53,10 +53,11 @@ from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._scan import searchsorted
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._knots import knot_map, searchsorted
+from jaxcal.calibrators._knots import knot_map
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.fitting.isotonic import (
     check_centered,
@@ -105,15 +106,17 @@ def negative_downsampling_correction(probs: ArrayLike, rate: ArrayLike) -> jax.A
     return q if _shapes.is_traced(q) else jax.device_put(np.asarray(q, dtype))
 
 
-@functools.partial(jit, static_argnames=("n_buckets", "kernel"))
-def _bucket_stats(s, t, w, n, n_used, *, n_buckets: int, kernel: str):
+@functools.partial(jit, static_argnames=("n_buckets", "kernel", "presorted"))
+def _bucket_stats(s, t, w, n, n_used, *, n_buckets: int, kernel: str, presorted: bool):
     """Equal-frequency buckets (ties kept together) and their weighted statistics.
 
     ``s, t, w`` hold ``n`` real points, then padding (copies of the largest score with zero
     weight, so the first ``n`` sorted scores are the real ones). The first ``n_used``
     (traced, ``<= n_buckets``) buckets are cut; the others stay empty. The isotonic fit
-    across buckets runs on ``kernel`` (see ``jaxcal.calibrators.isotonic``)."""
-    ss = jnp.sort(s)
+    across buckets runs on ``kernel`` (see ``jaxcal.calibrators.isotonic``). ``presorted``:
+    the points come sorted by score (on CPU the caller sorts them: NumPy's sort takes a
+    tenth of the time of XLA's comparator sort)."""
+    ss = s if presorted else jnp.sort(s)
     k = jnp.arange(1, n_buckets)
     pos = jnp.minimum((k * n) // n_used, n - 1)
     edges = jnp.where(k < n_used, ss[pos], jnp.inf)  # bucket b: edges[b-1] <= s < edges[b]
@@ -191,14 +194,20 @@ class SmoothedIsotonic(Calibrator):
         # only the ratios of the weights matter: normalised (largest in [1, 2)) before the
         # bucket sums and a float32 cast can underflow or overflow them
         w = normalize_weights_host(d.weights)
-        padded = _shapes.pad_rows(_shapes.padded_size(n), u, d.targets, w, fills=(u.max(), 0, 0))
+        t = d.targets
+        presorted = jax.default_backend() == "cpu"
+        if presorted:  # see _bucket_stats; the bucket sums do not depend on the order
+            order = np.argsort(u)
+            u, t, w = u[order], t[order], w[order]
+        padded = _shapes.pad_rows(_shapes.padded_size(n), u, t, w, fills=(u.max(), 0, 0))
         dtype = jnp.result_type(float)
         out = _bucket_stats(
-            *(jax.device_put(np.asarray(a, dtype)) for a in padded),
+            *(np.asarray(a, dtype) for a in padded),  # copied in by the call
             n,
             min(int(self.n_buckets), n),
             n_buckets=int(self.n_buckets),
             kernel=eager_kernel(pav_cpu_available()),
+            presorted=presorted,
         )
         ms, v, W = (np.asarray(a) for a in jax.device_get(out))
         # buckets without weight (empty through ties, or of zero-weight points only) have

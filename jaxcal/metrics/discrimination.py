@@ -13,13 +13,10 @@ Computed in :math:`O(n \log n)`: sort, group tied scores with ``segment_sum``, a
 tie group add its positive weight times (negative weight strictly below + half the negative
 weight tied with it). For XLA's CPU backend the sort runs in NumPy before the jitted sums
 (XLA's comparator sort costs about 5 ms at ``n = 1e4``, NumPy's about 0.5 ms); other
-backends sort inside the program. The program is compiled with LLVM's optimisations at
-every size (``jaxcal._jit``): unoptimised, its tie-group sums take twice as long.
+backends sort inside the program.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -28,27 +25,38 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal._scan import cummax, cumsum
 from jaxcal._validation import check_labels, check_sample_weight, check_scores, check_two_classes
 
 __all__ = ["auc"]
 
 
-@functools.partial(jit, optimize=True)
+@jit
 def _auc_core(s, y, w):
     order = jnp.argsort(s)
     return _auc_sorted(s[order], y[order], w[order])
 
 
-@functools.partial(jit, optimize=True)
+@jit
 def _auc_sorted(s, y, w):
-    """AUC of scores sorted in non-decreasing order."""
+    r"""AUC of scores sorted in non-decreasing order.
+
+    With :math:`C_j` the negative weight of the first :math:`j` points and :math:`[a_i,
+    b_i)` the positions of point :math:`i`'s tie run, the negatives below it weigh
+    :math:`C_{a_i}` and those tied with it :math:`C_{b_i} - C_{a_i}`, so the numerator is
+    :math:`\tfrac12 \sum_i w_i y_i (C_{a_i} + C_{b_i})`: prefix scans and gathers, no
+    scatter (XLA's CPU scatter is the slow part of a segment sum).
+    """
     n = s.shape[0]
-    new_group = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
-    group = jnp.cumsum(new_group) - 1
-    pos = jax.ops.segment_sum(w * y, group, num_segments=n)
-    neg = jax.ops.segment_sum(w * (1.0 - y), group, num_segments=n)
-    neg_below = jnp.cumsum(neg) - neg
-    return jnp.sum(pos * (neg_below + 0.5 * neg)) / (jnp.sum(pos) * jnp.sum(neg))
+    index = jnp.arange(n)
+    new_run = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
+    run_ends = jnp.concatenate([s[1:] != s[:-1], jnp.ones((1,), bool)])
+    start = cummax(jnp.where(new_run, index, 0))
+    end = n - cummax(jnp.where(run_ends, n - 1 - index, 0), reverse=True)
+    neg = w * (1.0 - y)
+    C = jnp.concatenate([jnp.zeros((1,), w.dtype), cumsum(neg)])
+    pos = w * y
+    return 0.5 * jnp.sum(pos * (C[start] + C[end])) / (jnp.sum(pos) * C[n])
 
 
 def auc(
@@ -82,11 +90,12 @@ def auc(
     check_two_classes(y, w)
     core = _auc_core
     if jax.default_backend() == "cpu":
-        # float64 order: still non-decreasing after a cast to the working dtype
-        order = np.argsort(s, kind="stable")
+        # float64 order: still non-decreasing after a cast to the working dtype; any order
+        # within a tie (NumPy's default sort, 3x faster than its stable one)
+        order = np.argsort(s)
         s, y, w = s[order], y[order], w[order]
         core = _auc_sorted
     # zero-weight copies of the largest score: they join its tie group and add nothing
     size = _shapes.padded_size(s.shape[0])
     padded = _shapes.pad_rows(size, s, y, w, fills=(s.max(), 0, 0))
-    return core(*(jax.device_put(a) for a in padded))
+    return core(*padded)  # NumPy arrays: the call copies them in (cheaper than device_put)
