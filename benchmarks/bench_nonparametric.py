@@ -154,6 +154,7 @@ def main() -> None:
     ap.add_argument(
         "--enir-only", action="store_true", help="only ENIR vs netcal (4.) and scaling (5.)"
     )
+    ap.add_argument("--bbq-only", action="store_true", help="only BBQ vs netcal (3.)")
     args = ap.parse_args()
 
     import jax
@@ -169,6 +170,10 @@ def main() -> None:
     except Exception:  # pragma: no cover - not Linux
         model = platform.processor()
     print(f"machine: {model}; jax {jax.__version__} on {jax.devices()[0].platform}; float64")
+    if args.bbq_only:
+        _install_torch_shim()
+        bbq_vs_netcal(10_000 if args.quick else 100_000, args.repeats)
+        return
     if not (args.isotonic_only or args.enir_only):
         variants(2_000 if args.quick else 20_000)
     if args.variants_only:
@@ -238,24 +243,34 @@ def main() -> None:
         print(f"netcal not available ({exc}); pip install --no-deps netcal")
         return
 
-    # 3. BBQ
+    del NetcalBBQ  # imported above to check that netcal is there
+    bbq_vs_netcal(n_bbq, r)  # 3.
+    enir_vs_netcal(n_enir, r)  # 4.
+
+
+def bbq_vs_netcal(n_bbq: int, r: int) -> None:
+    """Row 3: ``jaxcal.BBQ`` vs ``netcal.binning.BBQ`` on the same data, what a user runs:
+    fit, then predict the training scores (``transform`` in netcal)."""
+    from netcal.binning import BBQ as NetcalBBQ
+
+    import jaxcal
+
+    rng = np.random.default_rng(3)
     p = rng.uniform(size=n_bbq)
     yb = (rng.uniform(size=n_bbq) < p**2).astype(int)
     q = np.linspace(0, 1, 101)
-    cal, first, t_ours = _timed(lambda: _block(jaxcal.BBQ().fit(p, yb).theta), r)
+    cal, first, t_ours = _timed(lambda: _block(jaxcal.BBQ().fit(p, yb).predict(p)), r)
     pred_ours = np.asarray(jaxcal.BBQ().fit(p, yb).predict(q))
     t0 = time.perf_counter()
     nb = NetcalBBQ().fit(p, yb)
+    nb.transform(p)
     t_nc = time.perf_counter() - t0
     pred_nc = nb.transform(q)
     print(
         f"BBQ n={n_bbq:,}: first call {first:.2f} s; max |jaxcal - netcal| on a grid "
         f"{np.abs(pred_ours - pred_nc).max():.3g} (netcal prunes models by its elbow rule)"
     )
-    _row(f"BBQ n={n_bbq:,} vs netcal", t_ours, t_nc, 20.0)
-
-    # 4. ENIR
-    enir_vs_netcal(n_enir, r)
+    _row(f"BBQ n={n_bbq:,} fit + predict vs netcal", t_ours, t_nc, 20.0)
 
 
 def enir_vs_netcal(n_enir: int, r: int) -> None:
