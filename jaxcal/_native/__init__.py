@@ -35,6 +35,13 @@ calling thread and XLA's intra-op thread pool. :func:`pair_scores_cpu` (same fil
 the scores ``a[row] . b[col]`` of pairs, which XLA's CPU backend would gather row
 by row. They have their own registration and self-test (:func:`ridge_cpu_available`).
 
+A fourth (from ``venn_abers_cpu.cc``) builds the Venn-Abers tables
+(``jaxcal.calibrators._venn_abers_core``): :func:`va_tables_cpu` runs the cumulative sum
+diagrams, the hull pointers and the bridge sweeps of every problem as plain loops, where
+the pure-JAX version's data-dependent inner ``while_loop`` s pay XLA's loop runtime per
+point. Same comparisons and arithmetic in the same order and precision: the same tables.
+Its own registration and self-test (:func:`venn_abers_cpu_available`).
+
 Each kernel is used when the shared library was built (a C++17 compiler at install time;
 the build is optional) and passes a small self-test against a known answer when first
 loaded. ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX path is then
@@ -69,6 +76,8 @@ __all__ = [
     "ridge_cpu_available",
     "ridge_rows_cpu",
     "pair_scores_cpu",
+    "venn_abers_cpu_available",
+    "va_tables_cpu",
     "ENV",
 ]
 
@@ -524,3 +533,73 @@ def _require_ridge() -> None:
             "jaxcal's compiled ridge kernel is not available (not built at install, or built "
             "against an incompatible jaxlib); use jaxcal.recsys._cmtrf_core's JAX path instead."
         )
+
+
+# Venn-Abers tables (``venn_abers_cpu.cc``, compiled into the same library) -----------------
+
+_VENN_ABERS_TARGET = "jaxcal_venn_abers_cpu"
+
+
+@functools.cache
+def _register_venn_abers() -> bool:
+    """Register the Venn-Abers handler as well (:func:`_register_more`)."""
+    return _register_more(((_VENN_ABERS_TARGET, "JaxcalVennAbersCpu"),))
+
+
+def _venn_abers_self_test() -> bool:
+    """Two problems (three runs, then two with another test weight) against their known
+    tables (computed by the pure-JAX path; :func:`_passes_in_thread`)."""
+    inc_w = np.array([0, 1, 2, 1, 0, 1, 3], np.float32)
+    inc_y = np.array([0, 1, 0, 1, 0, 0, 2], np.float32)
+    omega = np.array([1, 1, 1, 1, 1.5, 1.5, 1.5], np.float32)
+    first = np.array([1, 0, 0, 0, 1, 0, 0], bool)
+    last = np.array([0, 0, 0, 1, 0, 0, 1], bool)
+    p0 = [0.0, 0.25, 0.25, 0.5, 0.0, 0.0, 4 / 9]
+    p1 = [0.5, 0.5, 1.0, 1.0, 0.6, 7 / 9, 1.0]
+
+    def check() -> bool:
+        cpu = jax.devices("cpu")[0]
+        args = (jax.device_put(a, cpu) for a in (inc_w, inc_y, omega, first, last))
+        got0, got1 = jax.jit(va_tables_cpu)(*args)
+        return np.allclose(got0, p0, atol=1e-6) and np.allclose(got1, p1, atol=1e-6)
+
+    return _passes_in_thread(check, "jaxcal-native-venn-abers-self-test")
+
+
+@functools.cache
+def _load_venn_abers() -> bool:
+    return _register_venn_abers() and _venn_abers_self_test()
+
+
+def venn_abers_cpu_available() -> bool:
+    """Whether the compiled Venn-Abers kernel is built, loads, passes its self-test and is
+    not turned off by ``JAXCAL_NATIVE=0``."""
+    return not _turned_off() and _load_venn_abers()
+
+
+def va_tables_cpu(inc_w, inc_y, omega, first, last) -> tuple[jax.Array, jax.Array]:
+    """``(p0, p1)`` of the Venn-Abers tables at every point of a flat layout of problems
+    (``jaxcal.calibrators._venn_abers_core.va_tables``), from the compiled CPU kernel.
+    Traceable; CPU programs only.
+
+    Args:
+        inc_w, inc_y: ``[..., N]`` float32 or float64 CSD increments (0 at every problem's
+            first point).
+        omega: ``[..., N]`` the test point's weight at every point, same dtype.
+        first, last: ``[..., N]`` bool: a problem's first / last point; each layout starts
+            with a first and ends with a last point.
+
+    Raises:
+        RuntimeError: if the kernel is not available (see :func:`venn_abers_cpu_available`).
+    """
+    if not _register_venn_abers():
+        raise RuntimeError(
+            "jaxcal's compiled Venn-Abers kernel is not available (not built at install, or "
+            "built against an incompatible jaxlib); use the pure-JAX tables instead."
+        )
+    dtype = jnp.result_type(inc_w)
+    row = jax.ShapeDtypeStruct(jnp.shape(inc_w), dtype)
+    call = jax.ffi.ffi_call(_VENN_ABERS_TARGET, (row, row), vmap_method="broadcast_all")
+    args = (inc_w, jnp.asarray(inc_y, dtype), jnp.asarray(omega, dtype))
+    args += tuple(jnp.asarray(v, bool) for v in (first, last))
+    return varying_like(call(*args), *args)

@@ -61,6 +61,8 @@ from jax import lax
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
+from jaxcal._native import va_tables_cpu, venn_abers_cpu_available
+from jaxcal.fitting.isotonic import eager_kernel
 
 __all__ = ["VennAbersTables", "fit_tables", "va_tables", "va_lookup"]
 
@@ -169,8 +171,8 @@ def _label_one(W, Y, omega, first, last):
     return _sweep(W, Y, omega, first, last, _hull_next(W, Y, last))
 
 
-@functools.partial(jit, xla_defaults=True)
-def va_tables(inc_w, inc_y, omega, first, last):
+@functools.partial(jit, static_argnames=("kernel",), xla_defaults=True)
+def va_tables(inc_w, inc_y, omega, first, last, *, kernel: str = "portable"):
     """``(p0, p1)`` at every point of the flat layout of :func:`fit_tables`.
 
     Args:
@@ -178,7 +180,12 @@ def va_tables(inc_w, inc_y, omega, first, last):
             its point, 0 at every problem's :math:`P_0`.
         omega: ``[N]`` the test point's weight at every point (its problem's).
         first, last: ``[N]`` whether a point is :math:`P_0` / :math:`P_m` of its problem.
+        kernel: ``"cpu"``: the compiled CPU kernel (``jaxcal._native.va_tables_cpu``, the
+            same sweeps as plain loops: 5-10x faster on a CPU), ``"portable"``: the
+            ``lax`` loops below (every backend).
     """
+    if kernel == "cpu":
+        return va_tables_cpu(inc_w, inc_y, omega, first, last)
     W, Y, rem_w, rem_y = _csd(inc_w, inc_y, first, last)
     p1 = _label_one(W, Y, omega, first, last)
     # label 0 is label 1 of the mirror image: runs reversed, labels 1 - y
@@ -349,11 +356,12 @@ def fit_tables(
     first[p_start], last[p_end] = True, True
     lengths = np.r_[counts + 1, np.ones(size - n, np.int64)]
     p0, p1 = va_tables(
-        jax.device_put(inc_w),
-        jax.device_put(inc_y),
-        jax.device_put(np.repeat(np.r_[omega, np.ones(size - n)].astype(dtype), lengths)),
-        jax.device_put(first),
-        jax.device_put(last),
+        inc_w,
+        inc_y,
+        np.repeat(np.r_[omega, np.ones(size - n)].astype(dtype), lengths),
+        first,
+        last,
+        kernel=eager_kernel(venn_abers_cpu_available()),
     )
     edges = _shapes.pad_axis(edges.astype(dtype), _shapes.padded_size(n_runs), 0.0)
     p_size = _shapes.padded_size(n_problems, minimum=1)

@@ -183,11 +183,11 @@ def _bins(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     return ss, N_b, m_b, lo, mid
 
 
-@functools.partial(jit, static_argnames=("logit_scale",), optimize=True)
-def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, n_models, *, logit_scale):
+@functools.partial(jit, static_argnames=("n_slots", "logit_scale"), optimize=True)
+def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logit_scale):
     r"""Each bin's posterior mean ``theta`` and each model's BDeu log marginal likelihood
-    (module docstring) and normalised log weight (``-inf`` on the padding of the
-    ``n_models`` slots).
+    (module docstring) and normalised log weight, over ``n_slots`` model slots (``-inf``
+    past the ``m`` models).
 
     The bin mid scores of the prior are mapped back to scores, :math:`(s'_{mid} + c)\,2^k`
     (``scaling``, ``jaxcal.calibrators._scaling``). Six log-gammas per bin are most of a
@@ -206,7 +206,6 @@ def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, n_models, *, log
     args = jnp.stack([a0, N_b + a0, m_b + alpha, alpha, N_b - m_b + beta, beta])
     lg = jax.lax.map(log_gamma, args)
     term = lg[0] - lg[1] + lg[2] - lg[3] + lg[4] - lg[5]
-    n_slots = n_models.shape[0]
     real = layout.model < m
     log_ml = jax.ops.segment_sum(
         jnp.where(real, term, 0.0), layout.model, num_segments=n_slots, indices_are_sorted=True
@@ -217,9 +216,10 @@ def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, n_models, *, log
 
 def _ensemble_table(
     theta: np.ndarray, log_weight: np.ndarray, layout: _Layout, n_pairs: int, size: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, float]:
     r"""Host-side: the posterior-weighted average of the models as one step map over the
-    ``size`` sorted positions, ``(values, is_edge)``.
+    ``size`` sorted positions, ``(values, is_edge, base)``: the average right of each
+    position, whether an edge sits there, and the average left of every edge.
 
     Model :math:`m` jumps by :math:`\theta_{m,k} - \theta_{m,k-1}` at the lower edge of its
     bin :math:`k \ge 1`, which is the sorted training score at some position. The average at
@@ -331,8 +331,8 @@ class BBQ(Calibrator):
         scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="BBQ")
         t, w = d.targets, d.weights
         presorted = jax.default_backend() == "cpu"
-        if presorted:  # see _bins
-            order = np.argsort(s, kind="stable")
+        if presorted:  # see _bins; any order within a tie (its run is one block)
+            order = np.argsort(s)
             s, t, w = s[order], t[order], w[order]
         padded = _shapes.pad_rows(size, s, t, w, fills=(s.max(), 0, 0))
         model_slots, pair_slots = _slots(n_bins, size, float(self.c))
@@ -346,10 +346,10 @@ class BBQ(Calibrator):
             logit_scale=logit,
             presorted=presorted,
         )
+        ess = np.asarray(self.equivalent_sample_size, dtype)
         out = _posterior(
-            N_b, m_b, mid, layout, m, np.asarray(self.equivalent_sample_size, dtype), scaling,
-            np.zeros(model_slots, np.int32), logit_scale=logit,
-        )  # fmt: skip
+            N_b, m_b, mid, layout, m, ess, scaling, n_slots=model_slots, logit_scale=logit
+        )
         lo, ss, (theta, log_ml, log_w) = jax.device_get((lo, ss, out))
         table, is_edge, base = _ensemble_table(theta, log_w, layout, n_pairs, n)
         model, bin_index = layout.model[:n_pairs], layout.bin_index[:n_pairs]

@@ -464,9 +464,10 @@ def _plots_wanted(args: argparse.Namespace) -> bool:
 
 
 def _preload_matplotlib() -> None:
-    """Import matplotlib's figure and Agg canvas in a background thread, so that the second
-    of imports overlaps the fits instead of delaying the first plot (the plots import the
-    same modules; Python's import lock makes them wait for this import if it is not done)."""
+    """Import matplotlib's figure and Agg canvas in a background thread: the import takes
+    about a second, which then overlaps the fits instead of delaying the first plot (the
+    plots import the same modules; Python's import lock makes them wait for this import if
+    it is not done)."""
 
     def load() -> None:
         import matplotlib.backends.backend_agg  # noqa: F401

@@ -5,6 +5,7 @@ StratifiedKFold folds) on the same split; Python loops over problems for the bat
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import jax
@@ -299,3 +300,41 @@ def test_propensity_losses_reweight_like_sample_weights():
     a = jaxcal.VennAbers().fit(s, y, propensity=prop, loss="ips_positive")
     b = jaxcal.VennAbers().fit(s, y, sample_weight=np.where(y == 1, 1 / prop, 1.0))
     np.testing.assert_allclose(np.asarray(a.interval(s)), np.asarray(b.interval(s)), atol=EXACT)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_cpu_tables_equal_the_portable_ones(dtype):
+    """The compiled CPU kernel (``jaxcal._native.va_tables_cpu``) against the pure-JAX
+    sweeps on the same flat layout: 300 problems of random sizes (1 to 60 runs, some of one
+    run), weighted, with test weights per problem; the same operations in the same order,
+    so the same tables up to a few ulps."""
+    from jaxcal._native import venn_abers_cpu_available
+    from jaxcal.calibrators._venn_abers_core import va_tables
+
+    if not venn_abers_cpu_available():
+        if os.environ.get("JAXCAL_REQUIRE_NATIVE") == "1":  # set by .ci/run
+            raise RuntimeError("the compiled Venn-Abers kernel was not built (see setup.py)")
+        pytest.skip("the compiled Venn-Abers kernel is not built here")
+    rng = np.random.default_rng(7)
+    runs = rng.integers(1, 61, 300)
+    runs[:5] = 1
+    inc_w, inc_y, omega, first, last = [], [], [], [], []
+    for m in runs:
+        w = rng.uniform(0.1, 3.0, m)
+        inc_w += [0.0, *w]
+        inc_y += [0.0, *(w * (rng.uniform(size=m) < rng.uniform()))]
+        omega += [float(w.mean())] * (m + 1)
+        first += [True] + [False] * m
+        last += [False] * m + [True]
+    args = [np.asarray(a, dtype) for a in (inc_w, inc_y, omega)]
+    args += [np.asarray(first), np.asarray(last)]
+    native = va_tables(*args, kernel="cpu")
+    portable = va_tables(*args, kernel="portable")
+    ulps = 4 * np.finfo(dtype).eps
+    for got, ref in zip(native, portable, strict=True):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=ulps, atol=ulps)
+    p0, p1 = (np.asarray(a) for a in native)
+    slack = 1e3 * np.finfo(dtype).eps  # the CSD's running sums round (both paths alike)
+    assert min(p0.min(), p1.min()) > -slack and max(p0.max(), p1.max()) < 1 + slack
+    assert np.ptp(p1) > 0.5 and np.ptp(p0) > 0.5  # not a degenerate layout
