@@ -19,8 +19,8 @@ Two things set a jaxcal program apart from ``jax.jit``:
   slower, which at these sizes is milliseconds (the solver at n = 1e4: 2 -> 6-10 ms under
   load), while larger programs, whose run time a compile pays for within a few calls, keep
   LLVM's full optimisation, and so do programs declared with ``jit(..., optimize=True)``:
-  heavy arithmetic per element (BBQ's log-gamma model scores, the AUC's tie groups), which
-  runs 2-4x faster optimised, at every size, for a compile 0.1-0.3 s longer. XLA fixes
+  heavy arithmetic per element over stored arrays (BBQ's log-gamma model scores), which
+  runs 3-4x faster optimised, at every size, for a compile about 0.1 s longer. XLA fixes
   the order of every reduction and LLVM does not reorder floating-point operations, so
   results agree to the last bit or two (only an optimised program fuses ``a * b + c`` into
   one fused multiply-add).

@@ -191,7 +191,7 @@ def test_cpu_compiler_options(monkeypatch):
 
 
 def test_optimize_keeps_llvm_optimisation_at_every_size(monkeypatch):
-    """``jit(..., optimize=True)`` (BBQ's scores, the AUC) compiles small inputs with the
+    """``jit(..., optimize=True)`` (BBQ's model scores) compiles small inputs with the
     options of large ones; the result is the same."""
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     x = np.linspace(0.0, 3.0, 16)
