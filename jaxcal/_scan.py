@@ -1,6 +1,7 @@
 """Sorted search and prefix scans for jaxcal's programs, fast to compile on CPU: a
 branch-free binary search (unrolled for small tables) and cumulative sums and maxima that
-CPU programs run as one sequential ``lax.scan`` (other backends keep JAX's parallel scans).
+CPU programs run as one sequential ``lax.scan`` (other backends keep JAX's parallel scans);
+and :func:`presort`, the host-side sort that spares CPU programs XLA's comparator sort.
 Used by the calibrators' knot maps and fits and by the metrics.
 """
 
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-__all__ = ["searchsorted", "cumsum", "cummax"]
+__all__ = ["searchsorted", "cumsum", "cummax", "presort"]
 
 _UNROLL_STEPS = 5  # binary searches over fewer than 32 edges are unrolled (faster to compile)
 
@@ -60,3 +62,16 @@ def cummax(x: jax.Array, *, reverse: bool = False) -> jax.Array:
         cpu=lambda x: _scan_cpu(jnp.maximum, x, x[-1 if reverse else 0], reverse),
         default=lambda x: lax.cummax(x, reverse=reverse),
     )
+
+
+def presort(key: np.ndarray, *rows: np.ndarray, when: bool = True) -> tuple[bool, ...]:
+    """``(presorted, key, *rows)``: on a CPU backend (and ``when``), the host arrays sorted
+    by ``key`` with NumPy's default sort (any order within ties), for a program that then
+    skips its own sort: XLA's comparator sort of 1e4 scores costs 5-9 ms in a quickly
+    compiled CPU program, NumPy's 0.25 ms. Elsewhere the arrays as given and ``False``
+    (accelerator programs sort on the device). A float64 order stays non-decreasing after
+    a cast to the working dtype; ties the cast creates are the program's to find."""
+    if not (when and jax.default_backend() == "cpu"):
+        return (False, key, *rows)
+    order = np.argsort(key)
+    return (True, key[order], *(r[order] for r in rows))

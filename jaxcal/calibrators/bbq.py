@@ -60,7 +60,7 @@ from jaxcal import _shapes
 from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal._scan import cummax, cumsum
+from jaxcal._scan import cummax, cumsum, presort
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._scaling import (
     ORDER,
@@ -329,11 +329,8 @@ class BBQ(Calibrator):
         # bins depend on the order of the scores only; the prior reads the bin mid scores
         # back in score units (_posterior)
         scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="BBQ")
-        t, w = d.targets, d.weights
-        presorted = jax.default_backend() == "cpu"
-        if presorted:  # see _bins; any order within a tie (its run is one block)
-            order = np.argsort(s)
-            s, t, w = s[order], t[order], w[order]
+        # a tie run is one block: any order within it
+        presorted, s, t, w = presort(s, d.targets, d.weights)
         padded = _shapes.pad_rows(size, s, t, w, fills=(s.max(), 0, 0))
         model_slots, pair_slots = _slots(n_bins, size, float(self.c))
         layout = _model_layout(n_bins, n, pair_slots)

@@ -36,7 +36,7 @@ from jaxcal import _shapes
 from jaxcal._fitdata import FitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
-from jaxcal._scan import searchsorted
+from jaxcal._scan import presort, searchsorted
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 
@@ -165,11 +165,8 @@ class HistogramBinning(Calibrator):
         scaling, s = fit_scaling(
             d.scores, d.weights, shift=True, kind=ORDER, what="HistogramBinning"
         )
-        t, w = d.targets, d.weights
-        presorted = self.strategy == "quantile" and jax.default_backend() == "cpu"
-        if presorted:  # see _fit_histogram; the bin sums do not depend on the order
-            order = np.argsort(s)
-            s, t, w = s[order], t[order], w[order]
+        # the quantile edges need sorted scores; the bin sums do not depend on the order
+        presorted, s, t, w = presort(s, d.targets, d.weights, when=self.strategy == "quantile")
         padded = _shapes.pad_rows(_shapes.padded_size(n), s, t, w, fills=(s.max(), 0, 0))
         dtype = jnp.result_type(float)
         edges, values, W = _fit_histogram(

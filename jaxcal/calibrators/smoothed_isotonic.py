@@ -53,7 +53,7 @@ from jaxcal._fitdata import FitData
 from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal._scan import searchsorted
+from jaxcal._scan import presort, searchsorted
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
@@ -194,11 +194,8 @@ class SmoothedIsotonic(Calibrator):
         # only the ratios of the weights matter: normalised (largest in [1, 2)) before the
         # bucket sums and a float32 cast can underflow or overflow them
         w = normalize_weights_host(d.weights)
-        t = d.targets
-        presorted = jax.default_backend() == "cpu"
-        if presorted:  # see _bucket_stats; the bucket sums do not depend on the order
-            order = np.argsort(u)
-            u, t, w = u[order], t[order], w[order]
+        # the bucket sums do not depend on the order
+        presorted, u, t, w = presort(u, d.targets, w)
         padded = _shapes.pad_rows(_shapes.padded_size(n), u, t, w, fills=(u.max(), 0, 0))
         dtype = jnp.result_type(float)
         out = _bucket_stats(

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._scan import cummax, cumsum
+from jaxcal._scan import cummax, cumsum, presort
 from jaxcal._validation import check_labels, check_sample_weight, check_scores, check_two_classes
 
 __all__ = ["auc"]
@@ -88,13 +87,8 @@ def auc(
     y = check_labels(labels, s.shape[0])
     w = check_sample_weight(sample_weight, s.shape[0])
     check_two_classes(y, w)
-    core = _auc_core
-    if jax.default_backend() == "cpu":
-        # float64 order: still non-decreasing after a cast to the working dtype; any order
-        # within a tie (NumPy's default sort, 3x faster than its stable one)
-        order = np.argsort(s)
-        s, y, w = s[order], y[order], w[order]
-        core = _auc_sorted
+    presorted, s, y, w = presort(s, y, w)  # any order within a tie group
+    core = _auc_sorted if presorted else _auc_core
     # zero-weight copies of the largest score: they join its tie group and add nothing
     size = _shapes.padded_size(s.shape[0])
     padded = _shapes.pad_rows(size, s, y, w, fills=(s.max(), 0, 0))

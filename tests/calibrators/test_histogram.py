@@ -82,3 +82,24 @@ def test_save_load_jit(tmp_path):
 def test_bad_inputs(hyper, scores, labels, match):
     with pytest.raises(ValueError, match=match):
         jaxcal.HistogramBinning(**hyper).fit(scores, labels)
+
+
+def test_presort_sorts_rows_by_key_on_cpu_only_when_asked():
+    """``jaxcal._scan.presort``: rows reordered with their key (checked against a lexsort
+    of the pairs, ties in any order), or returned as given with ``when=False``."""
+    from jaxcal._scan import presort
+
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 20, 500).astype(float)
+    row = rng.normal(size=500)
+    done, k, r = presort(key, row)
+    assert done == (jax.default_backend() == "cpu")
+    if done:
+        assert np.all(np.diff(k) >= 0)
+        ref = np.lexsort((row, key))
+        np.testing.assert_array_equal(
+            np.sort(np.c_[k, r].view("f8,f8"), axis=0).ravel(),
+            np.c_[key[ref], row[ref]].view("f8,f8").ravel(),
+        )
+    same = presort(key, row, when=False)
+    assert same[0] is False and same[1] is key and same[2] is row
