@@ -29,6 +29,7 @@ setup(
                 "jaxcal/_native/enir_cpu.cc",
                 "jaxcal/_native/ridge_cpu.cc",
                 "jaxcal/_native/venn_abers_cpu.cc",
+                "jaxcal/_native/linear_logit_cpu.cc",
             ],
             depends=["jaxcal/_native/workspace_lease.h"],
             include_dirs=[_xla_ffi_include()],

@@ -42,9 +42,18 @@ the pure-JAX version's data-dependent inner ``while_loop`` s pay XLA's loop runt
 point. Same comparisons and arithmetic in the same order and precision: the same tables.
 Its own registration and self-test (:func:`venn_abers_cpu_available`).
 
+A fifth (from ``linear_logit_cpu.cc``) is the exact constrained fit of the parametric
+families (``jaxcal.fitting.solver``, without its sketch): :func:`linear_logit_cpu` takes a
+problem's feature matrix and runs the same standardisation, damped Newton steps on the faces
+of the constraints and active-set search as plain loops in double precision. The pure-JAX
+solver is a program of nested while loops that XLA compiles in about half a second, on the
+first fit of each family in a process; the program around this call compiles in a tenth of
+that. Its own registration and self-test (:func:`linear_logit_cpu_available`).
+
 Each kernel is used when the shared library was built (a C++17 compiler at install time;
 the build is optional) and passes a small self-test against a known answer when first
-loaded. ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX path is then
+loaded (its program goes through jaxcal's program cache, so a later process loads it instead
+of compiling it). ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX path is then
 used on CPU too). The PAV kernel keeps one set of work buffers between calls (64 bytes per
 point of the largest problem seen, up to 2**24 points; larger problems allocate and free
 their own), so that repeated calls do not pay page faults.
@@ -63,6 +72,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal._jit import jit
 from jaxcal._vma import varying_like
 from jaxcal._weights import normalize_weights
 
@@ -78,6 +88,8 @@ __all__ = [
     "pair_scores_cpu",
     "venn_abers_cpu_available",
     "va_tables_cpu",
+    "linear_logit_cpu_available",
+    "linear_logit_cpu",
     "ENV",
 ]
 
@@ -155,7 +167,7 @@ def _self_test() -> bool:
     def check() -> bool:
         cpu = jax.devices("cpu")[0]
         args = (jax.device_put(a, cpu) for a in (x, y, w, g))
-        fitted = np.asarray(jax.jit(pav_fitted_cpu)(*args))
+        fitted = np.asarray(jit(pav_fitted_cpu)(*args))
         return np.allclose(fitted, expected)
 
     return _passes_in_thread(check, "jaxcal-native-self-test")
@@ -308,7 +320,7 @@ def _enir_self_test() -> bool:
     def check() -> bool:
         cpu = jax.devices("cpu")[0]
         args = [w, y, w * y, w * (1 - y), real, np.float32(9.0), np.float32(1e-3)]
-        acc, n_models, n_scored, _ = jax.jit(enir_fit_cpu)(*(jax.device_put(a, cpu) for a in args))
+        acc, n_models, n_scored, _ = jit(enir_fit_cpu)(*(jax.device_put(a, cpu) for a in args))
         ok = np.allclose(np.asarray(acc), expected, rtol=0, atol=1e-5)
         return ok and int(n_models) == 3 and int(n_scored) == 3
 
@@ -438,7 +450,7 @@ def _ridge_self_test() -> bool:
         args = [jax.device_put(a, cpu) for a in (other, col, row_start, c, r, extra, l2)]
         x = jax.jit(jax.vmap(ridge_rows_cpu, in_axes=(None,) * 6 + (0,)))(*args)
         ids = jax.device_put(np.array([[2, 1], [0, 2]], np.int32), cpu)
-        s = jax.jit(pair_scores_cpu)(args[0], args[0], ids[0], ids[1])
+        s = jit(pair_scores_cpu)(args[0], args[0], ids[0], ids[1])
         ok = np.allclose(np.asarray(x), expected, rtol=1e-6, atol=1e-6)
         return ok and np.allclose(np.asarray(s), [1.0, 1.0])
 
@@ -560,7 +572,7 @@ def _venn_abers_self_test() -> bool:
     def check() -> bool:
         cpu = jax.devices("cpu")[0]
         args = (jax.device_put(a, cpu) for a in (inc_w, inc_y, omega, first, last))
-        got0, got1 = jax.jit(va_tables_cpu)(*args)
+        got0, got1 = jit(va_tables_cpu)(*args)
         return np.allclose(got0, p0, atol=1e-6) and np.allclose(got1, p1, atol=1e-6)
 
     return _passes_in_thread(check, "jaxcal-native-venn-abers-self-test")
@@ -603,3 +615,89 @@ def va_tables_cpu(inc_w, inc_y, omega, first, last) -> tuple[jax.Array, jax.Arra
     args = (inc_w, jnp.asarray(inc_y, dtype), jnp.asarray(omega, dtype))
     args += tuple(jnp.asarray(v, bool) for v in (first, last))
     return varying_like(call(*args), *args)
+
+
+# Linear-logit fits (``linear_logit_cpu.cc``, compiled into the same library) ---------------
+
+_LINEAR_LOGIT_TARGET = "jaxcal_linear_logit_cpu"
+
+
+@functools.cache
+def _register_linear_logit() -> bool:
+    """Register the linear-logit handler as well (:func:`_register_more`)."""
+    return _register_more(((_LINEAR_LOGIT_TARGET, "JaxcalLinearLogitCpu"),))
+
+
+def _linear_logit_self_test() -> bool:
+    """Platt scaling of four weighted points (:func:`_passes_in_thread`): labels (0, 1, 0, 1)
+    at scores (-1, -1, 1, 1) give a positive slope and a zero gradient; labels (1, 1, 0, 0)
+    violate the constraint ``slope >= 0``, whose optimum is then slope 0 and the logit of
+    the weighted mean label 1/3, log(1/2)."""
+    s = np.array([-1.0, -1.0, 1.0, 1.0], np.float32)
+    X = np.stack([s, np.ones(4, np.float32)], axis=1)
+    w = np.array([1.0, 1.0, 1.0, 3.0], np.float32)
+    C = np.array([[1.0, 0.0]], np.float32)
+    scalars = (np.float32(0.0), np.float32(1e-9), np.int32(50))
+
+    def check() -> bool:
+        cpu = jax.devices("cpu")[0]
+        fit = functools.partial(jit(linear_logit_cpu, static_argnames="intercept"), intercept=1)
+        ok = True
+        for t, expected in (([0, 1, 0, 1], None), ([1, 1, 0, 0], [0.0, np.log(0.5)])):
+            t = np.asarray(t, np.float32)
+            args = (jax.device_put(a, cpu) for a in (X, t, w, C, *scalars))
+            theta, info = (np.asarray(v) for v in fit(*args))
+            if expected is None:  # the unconstrained optimum: zero gradient
+                z = X @ theta
+                grad = X.T @ (w * (1 / (1 + np.exp(-z)) - t))
+                ok &= bool(np.all(np.abs(grad) < 1e-4)) and theta[0] > 0 and info[0] == 0
+            else:
+                ok &= bool(np.allclose(theta, expected, atol=1e-5)) and info[4] == 1
+        return ok
+
+    return _passes_in_thread(check, "jaxcal-native-linear-logit-self-test")
+
+
+@functools.cache
+def _load_linear_logit() -> bool:
+    return _register_linear_logit() and _linear_logit_self_test()
+
+
+def linear_logit_cpu_available() -> bool:
+    """Whether the compiled linear-logit kernel is built, loads, passes its self-test and is
+    not turned off by ``JAXCAL_NATIVE=0``."""
+    return not _turned_off() and _load_linear_logit()
+
+
+def linear_logit_cpu(X, t, w, C, l2, tol, max_iter, *, intercept: int | None):
+    """The exact constrained fit of one linear-logit problem from the compiled CPU kernel
+    (``jaxcal.fitting.solver.solve`` without the sketch; double precision inside).
+    Traceable; CPU programs only.
+
+    Args:
+        X: ``[n, p]`` float32 or float64 features (``p <= 16``).
+        t, w: ``[n]`` targets and weights, same dtype.
+        C: ``[k, p]`` constraint rows (``k <= 8``), same dtype.
+        l2, tol: scalars, same dtype; max_iter: int32 scalar.
+        intercept: the intercept column, or ``None``.
+
+    Returns:
+        ``(theta, info)``: ``[p]`` coefficients and ``[4 + 2 k]`` ``(code, n_iter,
+        objective, kkt_residual, active[k], multipliers[k])`` in ``X``'s dtype.
+
+    Raises:
+        RuntimeError: if the kernel is not available (see :func:`linear_logit_cpu_available`).
+    """
+    if not _register_linear_logit():
+        raise RuntimeError(
+            "jaxcal's compiled linear-logit kernel is not available (not built at install, or "
+            "built against an incompatible jaxlib); use jaxcal.fitting.solver.solve instead."
+        )
+    dtype = jnp.result_type(X)
+    p, k = X.shape[-1], C.shape[0]
+    out = (jax.ShapeDtypeStruct((p,), dtype), jax.ShapeDtypeStruct((4 + 2 * k,), dtype))
+    call = jax.ffi.ffi_call(_LINEAR_LOGIT_TARGET, out, vmap_method="sequential")
+    args = [jnp.asarray(a, dtype) for a in (X, t, w, C, l2, tol)]
+    args.append(jnp.asarray(max_iter, jnp.int32))
+    index = -1 if intercept is None else int(intercept)
+    return varying_like(call(*args, intercept=np.int64(index)), *args)
