@@ -26,6 +26,9 @@ from jaxcal.fitting.solver import (
 
 __all__ = ["fit_linear", "default_tol"]
 
+# the largest problems the compiled kernel takes (jaxcal/_native/linear_logit_cpu.cc)
+_KERNEL_MAX_PARAMS, _KERNEL_MAX_ROWS = 16, 8
+
 
 def _prepared(family: LinearLogitFamily, scores, weights):
     ctx = family.context(scores, weights)
@@ -66,12 +69,18 @@ def _solve_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter
 def _solve_native_jit(family: LinearLogitFamily, scores, targets, weights, l2, max_iter, tol):
     """:func:`_solve_jit` by the compiled CPU kernel: the features of every row, then one
     call (``jaxcal._native.linear_logit_cpu``) that runs the solver's method without the
-    sketch. A small program: it compiles in a tenth of the time of the solver's loops."""
+    sketch. A small program: it compiles in a tenth of the time of the solver's loops. A
+    family beyond the kernel's sizes (more than 16 coefficients or 8 constraint rows) runs
+    the solver's loops in this program instead."""
     ctx, s, C = _fit_inputs(family, scores, weights)
+    k = C.shape[0]
+    if k > _KERNEL_MAX_ROWS or family.n_params > _KERNEL_MAX_PARAMS:  # the solver's loops
+        options = _solver_options(family, ctx, max_iter, tol, 1)
+        theta, status = solve(s, targets, weights, C, l2, **options)
+        return theta, ctx, status
     X = family.features(s, ctx)
     intercept = family.intercept_index
     theta, info = linear_logit_cpu(X, targets, weights, C, l2, tol, max_iter, intercept=intercept)
-    k = C.shape[0]
     code = info[0].astype(jnp.int32)
     status = SolverStatus(
         converged=code == CONVERGED,
@@ -85,16 +94,13 @@ def _solve_native_jit(family: LinearLogitFamily, scores, targets, weights, l2, m
     return theta, ctx, status
 
 
-def _native_solver(family: LinearLogitFamily, *arrays) -> bool:
+def _native_solver(*arrays) -> bool:
     """Whether a single fit runs on the compiled CPU kernel: it is available (built, passing
     its self-test, not turned off), the default backend is a CPU, the arrays are concrete (a
     caller's ``jit`` or ``vmap`` traces the pure-JAX solver) and the problem is small
     enough to need no sketch."""
     return (
-        family.n_params <= 16
-        and not is_traced(*arrays)
-        and jax.default_backend() == "cpu"
-        and linear_logit_cpu_available()
+        not is_traced(*arrays) and jax.default_backend() == "cpu" and linear_logit_cpu_available()
     )
 
 
@@ -157,7 +163,7 @@ def fit_linear(
     stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
     if not batch:
         args = (scores, targets, weights, l2, max_iter, tol)
-        if stride == 1 and _native_solver(family, *args):
+        if stride == 1 and _native_solver(*args):
             return _solve_native_jit(family, *args)
         return _solve_jit(family, *args, stride=stride)
     if lockstep is None:

@@ -177,3 +177,15 @@ def test_fit_uses_the_kernel_on_cpu_and_not_when_turned_off(monkeypatch):
     assert native._cache_size() == n1  # the caller's trace ran the solver's loops
     eager = fit_linear(family, *args)
     np.testing.assert_allclose(traced[0], eager[0], rtol=0, atol=1e-7)
+
+
+def test_families_beyond_the_kernel_sizes_run_the_solver_loops(monkeypatch):
+    """A family with more coefficients or constraint rows than the kernel takes is solved by
+    the pure-JAX solver inside the same program: the portable fit's result."""
+    family, args = _problem("gaussian", "reversed", 11)
+    args = tuple(a[:1234] if np.ndim(a) else a for a in args)  # a size no other test uses
+    monkeypatch.setattr(linear, "_KERNEL_MAX_ROWS", 0)
+    theta, _, status = jax.tree.map(np.asarray, linear._solve_native_jit(family, *args))
+    ref_theta, _, ref = _fit(family, args, native=False)
+    np.testing.assert_allclose(theta, ref_theta, rtol=1e-12, atol=1e-12)
+    assert int(status.n_iter) == int(ref.n_iter) and np.any(status.active)
