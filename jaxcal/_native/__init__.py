@@ -52,11 +52,11 @@ that. Its own registration and self-test (:func:`linear_logit_cpu_available`).
 
 Each kernel is used when the shared library was built (a C++17 compiler at install time;
 the build is optional) and passes a small self-test against a known answer when first
-loaded (its program goes through jaxcal's program cache, so a later process loads it instead
-of compiling it). ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX path is then
-used on CPU too). The PAV kernel keeps one set of work buffers between calls (64 bytes per
-point of the largest problem seen, up to 2**24 points; larger problems allocate and free
-their own), so that repeated calls do not pay page faults.
+loaded (its program goes through jaxcal's program cache, so a later process loads it
+instead of compiling it). ``JAXCAL_NATIVE=0`` in the environment turns it off (the pure-JAX
+path is then used on CPU too). The PAV kernel keeps one set of work buffers between calls
+(64 bytes per point of the largest problem seen, up to 2**24 points; larger problems
+allocate and free their own), so that repeated calls do not pay page faults.
 """
 
 from __future__ import annotations
