@@ -13,6 +13,13 @@ knots up to the float64 rounding of the sums, through the same weighted PAV
 is that of the raw data for 0/1 labels (its warning uses the effective sample size of those
 pooled points).
 
+**IPS targets.** Counts built with ``loss="ips"`` hold the target sums :math:`T_v` of
+:math:`t = Y / \omega` (:mod:`jaxcal.fitting.score_counts`): the fit is then the PAV of
+:math:`T_v / W_v`, clipped to the probability range afterwards, which is
+``fit(scores, labels, propensity=omega, loss="ips")`` (the clipped isotonic solution is the
+bounded one). ``increasing="auto"`` ranks the targets one by one, which counts cannot do:
+pass the direction.
+
 **Quantised counts.** Each bin :math:`k` enters as its range :math:`[\min_k, \max_k]` of
 scores with one target :math:`Y_k / W_k` (two points, at its smallest and largest score, each
 with half its weight: two neighbours with equal targets always share a level of the isotonic
@@ -69,12 +76,16 @@ class FittedIsotonicCounts(FittedIsotonic):
     quantization_bound: float = 0.0
 
 
+def _means(sums: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted means ``sums / w`` per entry (0 where the weight is 0)."""
+    return np.where(w > 0, sums / np.where(w > 0, w, 1.0), 0.0)
+
+
 def _training_points(counts: ScoreCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(scores, targets, weights)`` of the PAV: the distinct scores, or each bin's smallest
     and largest score with half its weight each (one point where they are equal)."""
     w = counts.weight
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.where(w > 0, np.clip(counts.label_sum / np.where(w > 0, w, 1.0), 0.0, 1.0), 0.0)
+    t = _means(counts.targets, w)
     if counts.score_max is None:
         return counts.scores, t, w
     two = counts.score_max > counts.scores
@@ -89,6 +100,12 @@ def _direction(calibrator: IsotonicCalibration, counts: ScoreCounts) -> bool:
     points (label 1 with weight ``Y``, label 0 with weight ``W - Y`` at each entry)."""
     if not isinstance(calibrator.increasing, str):
         return bool(calibrator.increasing)
+    if counts.target_sum is not None:
+        raise ValueError(
+            "IsotonicCalibration(increasing='auto').fit_counts cannot pick a direction from "
+            "counts with IPS targets: it ranks the targets Y / propensity, which the counts "
+            "do not hold one by one. Pass increasing=True or False."
+        )
     pos = np.clip(counts.label_sum, 0.0, None)
     neg = np.clip(counts.weight - counts.label_sum, 0.0, None)
     x = np.r_[counts.scores, counts.scores]
@@ -97,8 +114,8 @@ def _direction(calibrator: IsotonicCalibration, counts: ScoreCounts) -> bool:
 
 
 def fit_counts(calibrator: IsotonicCalibration, counts: ScoreCounts) -> FittedIsotonicCounts:
-    """``calibrator`` fitted on ``counts`` (module docstring); the naive loss, with the
-    weights the counts were built with.
+    """``calibrator`` fitted on ``counts`` (module docstring), with the loss weighting the
+    counts were built with (``score_counts(..., loss=...)``).
 
     Args:
         calibrator: an :class:`~jaxcal.calibrators.isotonic.IsotonicCalibration`.
@@ -110,7 +127,8 @@ def fit_counts(calibrator: IsotonicCalibration, counts: ScoreCounts) -> FittedIs
     Raises:
         ValueError: invalid hyperparameters, counts that are not a ``ScoreCounts``, empty or
             of zero weight, a single class (all labels 0 or all 1 where the weight is
-            positive), or ``centered=True`` with quantised counts.
+            positive), ``centered=True`` with quantised counts, or ``increasing="auto"``
+            with IPS targets.
     """
     calibrator._check_hyperparameters()
     counts = check_counts(counts, what="IsotonicCalibration.fit_counts")
@@ -120,8 +138,8 @@ def fit_counts(calibrator: IsotonicCalibration, counts: ScoreCounts) -> FittedIs
             "isotonic regression places knots at the blocks' mean scores, which quantised "
             "counts do not hold. Fit exact counts, or centered=False."
         )
+    check_two_classes(_means(counts.label_sum, counts.weight), counts.weight)
     x, t, w = _training_points(counts)
-    check_two_classes(t, w)
     lo, hi = calibrator._bounds()
     fitted = isotonic_map(
         x,

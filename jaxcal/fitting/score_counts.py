@@ -18,6 +18,14 @@ stream (:func:`~jaxcal.fitting.streamed_counts.from_chunks`) and merge (:func:`m
 split of the data gives the same distinct scores, bit for bit, and the same sums up to the
 float64 rounding of the additions (none with integer weights).
 
+**Loss weightings** (``score_counts(..., propensity=..., loss=...)``, ``jaxcal.losses``).
+``loss="ips_positive"`` only re-weights (:math:`w = v (Y / \omega + 1 - Y)`), so its counts
+are those of the re-weighted labels. ``loss="ips"`` fits the targets :math:`t = Y / \omega`,
+which leave [0, 1]: the counts then hold the target sums :math:`T_v = \sum_{s_i = v} w_i t_i`
+(``target_sum``) besides the label sums, which the metrics and the check for both classes
+use, and the largest target (``target_max``). ``loss="snips"`` normalises by sums over all
+the data, which no chunk holds, and is refused.
+
 **Quantised counts.** Continuous scores have about as many distinct values as samples. Over a
 grid of edges :math:`e_0 \le \dots \le e_B` (bin :math:`k` is :math:`[e_k, e_{k+1})`, scores
 below :math:`e_1` in the first bin and at or above :math:`e_{B-1}` in the last, as
@@ -36,7 +44,10 @@ For labels in [0, 1],
 .. math::  \frac{1}{W} \sum_i w_i (g_i - f_i)^2 \;\le\; \frac{L(g) - L(f)}{W}
     \;\le\; \frac{2 \max_{k \in K'} W_k}{W},
 
-the right-hand side being :attr:`ScoreCounts.quantization_bound`.
+the right-hand side being :attr:`ScoreCounts.quantization_bound`. For targets in
+:math:`[0, T]` with :math:`T > 1` (the inverse-propensity targets :math:`Y / \omega` of
+``loss="ips"``; the counts record :math:`T` as ``target_max``) the bound is
+:math:`2 \max(1, T) \max_{k \in K'} W_k / W`.
 
 Proof. :math:`f` is the :math:`w`-weighted projection of :math:`y` onto the closed convex
 cone :math:`C` of vectors monotone in the score (tied scores equal), and :math:`g \in C` (bins
@@ -45,7 +56,8 @@ are intervals of scores), so :math:`\langle y - f, g - f\rangle_w \le 0` and
 For the second inequality, :math:`g` minimises :math:`L` over the monotone bin-constant
 vectors, and :math:`h`, :math:`f` at the right end of each bin (its largest score), is one,
 so :math:`L(g) - L(f) \le L(h) - L(f) = \sum_i w_i (f_i - h_i)(2 y_i - f_i - h_i)`. Every
-factor :math:`|2 y_i - f_i - h_i| \le 2` (labels and fitted values lie in [0, 1]) and
+factor :math:`|2 y_i - f_i - h_i| \le 2` (labels and fitted values lie in [0, 1]; for targets
+in :math:`[0, T]` the factor lies in :math:`[-2, 2T]`, so :math:`\le 2 \max(1, T)`) and
 :math:`0 \le h_i - f_i \le` the rise of :math:`f` inside bin :math:`k`, which is 0 unless
 :math:`k \in K'` (ties share a value); the rises inside disjoint bins add up to at most 1.
 Hence :math:`L(h) - L(f) \le 2 \sum_{k \in K'} W_k\,\mathrm{rise}_k \le 2 \max_{k \in K'} W_k`.
@@ -63,7 +75,7 @@ of the data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,7 +83,8 @@ from jax.typing import ArrayLike
 
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass
-from jaxcal._validation import check_1d, check_scores
+from jaxcal._validation import check_1d, check_propensity, check_scores
+from jaxcal.losses import check_loss
 
 __all__ = ["ScoreCounts", "score_counts", "merge", "quantize", "check_edges"]
 
@@ -98,6 +111,11 @@ class ScoreCounts:
             0/1 labels; the Brier score's part that per-score sums do not hold).
         score_max: ``None`` (exact counts), or ``[m]`` each bin's largest score.
         edges: ``None`` (exact counts), or the ``[B + 1]`` non-decreasing edges of the grid.
+        target_sum: ``None`` (the targets are the labels), or ``[m]`` the weighted sums
+            :math:`T_v = \sum_{s_i = v} w_i t_i` of targets that are not the labels: the
+            inverse-propensity targets :math:`t = Y / \omega` of ``loss="ips"``.
+        target_max: ``None`` (targets in [0, 1]), or ``[]`` the largest target of a sample
+            with positive weight (the factor of the quantisation bound).
     """
 
     scores: np.ndarray
@@ -107,6 +125,8 @@ class ScoreCounts:
     label_variance: np.ndarray
     score_max: np.ndarray | None = None
     edges: np.ndarray | None = None
+    target_sum: np.ndarray | None = None
+    target_max: np.ndarray | None = None
 
     @property
     def quantized(self) -> bool:
@@ -119,18 +139,25 @@ class ScoreCounts:
         return float(np.sum(self.weight))
 
     @property
+    def targets(self) -> np.ndarray:
+        """``[m]`` the weighted target sums of the fits: ``target_sum``, or the label sums."""
+        return self.label_sum if self.target_sum is None else self.target_sum
+
+    @property
     def quantization_bound(self) -> float:
-        r""":math:`2 \max_{k \in K'} W_k / W` (module docstring): a bound on the weighted mean
-        squared difference between the isotonic fit on these counts and the exact one at the
-        training points, and on its excess mean squared error; 0 for exact counts and for
-        grids whose bins each hold one distinct score."""
+        r""":math:`2 \max(1, T) \max_{k \in K'} W_k / W` (module docstring; :math:`T` the
+        largest target, 1 for labels): a bound on the weighted mean squared difference
+        between the isotonic fit on these counts and the exact one at the training points,
+        and on its excess mean squared error; 0 for exact counts and for grids whose bins
+        each hold one distinct score."""
         if self.score_max is None:
             return 0.0
         mixed = self.weight[self.score_max > self.scores]
         total = self.total_weight
         if not mixed.size or total <= 0:
             return 0.0
-        return float(2.0 * mixed.max() / total)
+        top = 1.0 if self.target_max is None else max(1.0, float(self.target_max))
+        return float(2.0 * top * mixed.max() / total)
 
     def merge(self, *others: ScoreCounts) -> ScoreCounts:
         """:func:`merge` of these counts and ``others``."""
@@ -154,10 +181,13 @@ class ScoreCounts:
         m = np.shape(self.scores)[0] if np.ndim(self.scores) == 1 else -1
         arrays = (self.count, self.weight, self.label_sum)
         arrays += () if self.score_max is None else (self.score_max,)
+        arrays += () if self.target_sum is None else (self.target_sum,)
         if m < 0 or any(np.shape(a) != (m,) for a in arrays):
             raise ValueError("ScoreCounts arrays must be 1-D of one length.")
         if (self.score_max is None) != (self.edges is None):
             raise ValueError("quantised ScoreCounts need both score_max and edges.")
+        if (self.target_sum is None) != (self.target_max is None):
+            raise ValueError("ScoreCounts need both target_sum and target_max, or neither.")
 
 
 # ------------------------------------------------------------------------ validation
@@ -241,10 +271,13 @@ def _reduce(
     label_variance: float,
     score_max: np.ndarray | None,
     edges: np.ndarray | None,
+    target_sum: np.ndarray | None = None,
+    target_max: float | None = None,
 ) -> ScoreCounts:
     """Counts of entries (raw samples, ``count=None``, or merged counts): sorted by score,
     then summed per distinct score (``edges`` is ``None``) or per bin of ``edges``
-    (``score_max``: each entry's largest score, ``None`` for single scores)."""
+    (``score_max``: each entry's largest score, ``None`` for single scores; ``target_sum``
+    and ``target_max`` as in :class:`ScoreCounts`)."""
     order = np.argsort(scores)  # not stable: the sums need no order within a score
     s = scores[order]
     key = s if edges is None else _bin_ids(s, edges)
@@ -265,6 +298,8 @@ def _reduce(
         label_variance=np.asarray(label_variance, np.float64),
         score_max=upper,
         edges=edges,
+        target_sum=None if target_sum is None else total(target_sum),
+        target_max=None if target_sum is None else np.asarray(target_max, np.float64),
     )
 
 
@@ -273,6 +308,8 @@ def score_counts(
     labels: ArrayLike,
     sample_weight: ArrayLike | None = None,
     *,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
     bins: int | ArrayLike | None = None,
 ) -> ScoreCounts:
     r"""Counts by distinct score of one batch of data (vectorised NumPy, ``O(n log n)``).
@@ -281,6 +318,12 @@ def score_counts(
         scores: ``[n]`` finite scores (``-0.0`` counts as ``0.0``).
         labels: ``[n]`` labels in [0, 1] (0/1, or fractions).
         sample_weight: ``[n]`` finite non-negative weights (default ones).
+        propensity: ``[n]`` propensities in (0, 1], for ``loss`` other than ``"naive"``.
+        loss: the loss weighting of ``jaxcal.losses`` that the counts hold: ``"naive"``;
+            ``"ips"`` (targets :math:`Y / \omega`: the counts keep their sums in
+            ``target_sum`` besides the label sums) or ``"ips_positive"`` (weights
+            :math:`v (Y / \omega + 1 - Y)`). ``"snips"`` normalises by sums over all the
+            data, which a chunk does not hold: it is refused.
         bins: ``None`` (exact counts), the edges of a grid (quantised counts, module
             docstring), or a number of bins (:func:`quantize` with that number).
 
@@ -289,7 +332,8 @@ def score_counts(
 
     Raises:
         ValueError: on empty input, NaN / inf scores, labels outside [0, 1], negative or
-            non-finite weights, a length mismatch, or bad ``bins``.
+            non-finite weights, propensities outside (0, 1] (or missing for an IPS loss),
+            ``loss="snips"``, a length mismatch, or bad ``bins``.
 
     Example:
         >>> from jaxcal.fitting.score_counts import score_counts
@@ -301,7 +345,8 @@ def score_counts(
     n = s.shape[0]
     y = _check_labels(labels, n)
     w = _check_weights(sample_weight, n)
-    counts = _raw_counts(s, y, w)
+    w, t = _loss_weighting(y, w, propensity, loss, n)
+    counts = _raw_counts(s, y, w, t)
     if bins is None:
         return counts
     if isinstance(bins, int | np.integer) and not isinstance(bins, bool):
@@ -309,10 +354,46 @@ def score_counts(
     return quantize(counts, check_edges(bins))
 
 
-def _raw_counts(s: np.ndarray, y: np.ndarray, w: np.ndarray) -> ScoreCounts:
-    """Exact counts of validated samples."""
+def _loss_weighting(
+    y: np.ndarray, v: np.ndarray, propensity: Any, loss: str, n: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(weights, targets)`` of a loss weighting (``jaxcal.losses``, in float64 on the
+    host); ``targets`` is ``None`` where they are the labels."""
+    check_loss(loss, propensity)
+    if loss == "naive":
+        return v, None
+    if loss == "snips":
+        raise ValueError(
+            'counts cannot hold loss="snips": its normaliser is a sum over all the data, '
+            'which a chunk does not see. Use loss="ips" or "ips_positive", or fit in memory.'
+        )
+    inv = 1.0 / check_propensity(propensity, n)
+    if loss == "ips":
+        return v, y * inv
+    return v * (y * inv + 1.0 - y), None  # ips_positive
+
+
+def _raw_counts(
+    s: np.ndarray, y: np.ndarray, w: np.ndarray, t: np.ndarray | None = None
+) -> ScoreCounts:
+    """Exact counts of validated samples (``t``: targets other than the labels)."""
     wy = w * y
-    return _reduce(s, None, w, wy, float(np.dot(wy, 1.0 - y)), None, None)
+    top = None
+    if t is not None:
+        positive = t[w > 0]
+        top = float(positive.max()) if positive.size else 0.0
+    wt = None if t is None else w * t
+    return _reduce(s, None, w, wy, float(np.dot(wy, 1.0 - y)), None, None, wt, top)
+
+
+def _targets_of(parts: Sequence[ScoreCounts]) -> tuple[np.ndarray | None, float | None]:
+    """The target sums of ``parts`` concatenated and their largest target, or ``(None,
+    None)`` where every part's targets are its labels."""
+    if all(p.target_sum is None for p in parts):
+        return None, None
+    sums = np.concatenate([p.targets for p in parts])
+    tops = [float(p.target_max) for p in parts if p.target_max is not None]
+    return sums, max(tops)
 
 
 def merge(*parts: ScoreCounts) -> ScoreCounts:
@@ -361,6 +442,7 @@ def merge(*parts: ScoreCounts) -> ScoreCounts:
         float(sum(float(p.label_variance) for p in parts)),
         upper,
         edges,
+        *_targets_of(parts),
     )
 
 
@@ -413,6 +495,7 @@ def quantize(counts: ScoreCounts, bins: int | ArrayLike) -> ScoreCounts:
         float(counts.label_variance),
         upper,
         edges,
+        *_targets_of([counts]),
     )
 
 

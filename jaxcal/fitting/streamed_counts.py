@@ -45,34 +45,39 @@ def _chunk_iterator(source: Any) -> Iterator[Any]:
         ) from None
 
 
-def _chunk_counts(chunk: Any, k: int, edges: np.ndarray | None) -> ScoreCounts | None:
+def _chunk_counts(chunk: Any, k: int, edges: np.ndarray | None, loss: str) -> ScoreCounts | None:
     """Counts of chunk ``k`` (``None`` for an empty chunk)."""
-    if not isinstance(chunk, tuple | list) or len(chunk) not in (2, 3):
+    if not isinstance(chunk, tuple | list) or len(chunk) not in (2, 3, 4):
         raise ValueError(
-            f"chunk {k} of the source must be a tuple (scores, labels) or (scores, labels, "
-            f"sample_weight); got {type(chunk).__name__}"
+            f"chunk {k} of the source must be a tuple (scores, labels[, sample_weight[, "
+            f"propensity]]); got {type(chunk).__name__}"
             + (f" of length {len(chunk)}." if isinstance(chunk, tuple | list) else ".")
         )
-    scores, labels, *weight = chunk
+    scores, labels, *rest = chunk
+    weight = rest[0] if rest else None
+    propensity = rest[1] if len(rest) > 1 else None
     try:
         if np.size(scores) == 0 and np.size(labels) == 0:
             return None
-        return score_counts(scores, labels, weight[0] if weight else None, bins=edges)
+        return score_counts(scores, labels, weight, propensity=propensity, loss=loss, bins=edges)
     except ValueError as exc:
         raise ValueError(f"chunk {k} of the source: {exc}") from None
 
 
-def from_chunks(source: Any, *, bins: ArrayLike | None = None) -> ScoreCounts:
+def from_chunks(source: Any, *, bins: ArrayLike | None = None, loss: str = "naive") -> ScoreCounts:
     """Counts of data that arrives in chunks, one pass, in memory of the order of the
     distinct scores (exact) or of the bins (quantised).
 
     Args:
-        source: an iterable of chunks ``(scores, labels)`` or ``(scores, labels,
-            sample_weight)``, or a zero-argument callable returning an iterator of them
-            (called once), as the click models' sources (``jaxcal.clicks.sources``).
-            Empty chunks are skipped.
+        source: an iterable of chunks ``(scores, labels)``, ``(scores, labels,
+            sample_weight)`` or ``(scores, labels, sample_weight, propensity)``
+            (``sample_weight`` may be ``None``), or a zero-argument callable returning an
+            iterator of them (called once), as the click models' sources
+            (``jaxcal.clicks.sources``). Empty chunks are skipped.
         bins: ``None`` (exact counts) or the edges of one fixed grid (quantised counts, module
             docstring); every chunk is quantised as it arrives.
+        loss: the loss weighting the counts hold (:func:`score_counts`; ``"ips"`` and
+            ``"ips_positive"`` need every chunk's propensities).
 
     Returns:
         The merged :class:`ScoreCounts` of every chunk.
@@ -94,7 +99,7 @@ def from_chunks(source: Any, *, bins: ArrayLike | None = None) -> ScoreCounts:
     pending: list[ScoreCounts] = []
     pending_size = 0
     for k, chunk in enumerate(_chunk_iterator(source)):
-        part = _chunk_counts(chunk, k, edges)
+        part = _chunk_counts(chunk, k, edges, loss)
         if part is None:
             continue
         pending.append(part)
@@ -172,14 +177,20 @@ def across_processes(counts: ScoreCounts) -> ScoreCounts:
         out[at] = a
         return out
 
-    sums = distributed.process_sum(
-        {
-            "count": dense(counts.count, np.int64),
-            "weight": dense(counts.weight, np.float64),
-            "label_sum": dense(counts.label_sum, np.float64),
-            "label_variance": np.asarray(counts.label_variance, np.float64),
-        }
-    )
+    # targets other than the labels on any process: every process sums targets
+    targets = int(distributed.process_sum(np.asarray(counts.target_sum is not None, np.int64)))
+    parts = {
+        "count": dense(counts.count, np.int64),
+        "weight": dense(counts.weight, np.float64),
+        "label_sum": dense(counts.label_sum, np.float64),
+        "label_variance": np.asarray(counts.label_variance, np.float64),
+    }
+    if targets:
+        parts["target_sum"] = dense(counts.targets, np.float64)
+    sums = distributed.process_sum(parts)
+    if targets:
+        top = -np.inf if counts.target_max is None else float(counts.target_max)
+        sums["target_max"] = np.asarray(distributed.process_max(top), np.float64)
     scores = from_order_keys(union)
     if not counts.quantized:
         return ScoreCounts(scores=scores, **sums)
@@ -193,6 +204,8 @@ def across_processes(counts: ScoreCounts) -> ScoreCounts:
         float(sums["label_variance"]),
         None,
         counts.edges,
+        sums.get("target_sum"),
+        sums.get("target_max"),
     )
     tops = from_order_keys(distributed.process_union(order_keys(counts.score_max)))
     top_ids = _bin_ids(tops, counts.edges)

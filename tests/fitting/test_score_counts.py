@@ -295,6 +295,126 @@ def test_discrete_scores_quantise_exactly():
     np.testing.assert_allclose(got.knots_y, want.knots_y, atol=TOL)
 
 
+# ------------------------------------------------------------------------ IPS losses
+
+
+def _ips_data(rng, n, *, ties=True):
+    """Clicks ``Y = O R`` with exposure ``O ~ Bernoulli(omega)``, omega in [0.1, 1]: IPS
+    targets ``Y / omega`` up to 10."""
+    s, _, w = _data(rng, n, ties=ties)
+    relevant = rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))
+    omega = rng.uniform(0.1, 1.0, n)
+    y = (relevant & (rng.uniform(size=n) < omega)).astype(float)
+    return s, y, w, omega
+
+
+def _sklearn_loss_fit(s, y, w, omega, loss, at):
+    """scikit-learn's bounded isotonic fit of the loss-weighted targets, at ``at``."""
+    if loss == "ips":
+        t, v = y / omega, w
+    else:  # ips_positive
+        t, v = y, w * (y / omega + 1 - y)
+    return IsotonicRegression(y_min=0.0, y_max=1.0).fit(s, t, sample_weight=v).predict(at)
+
+
+@pytest.mark.parametrize("loss", ["ips", "ips_positive"])
+@pytest.mark.parametrize("ties", [True, False])
+def test_ips_counts_fit_is_the_ips_fit_of_the_raw_data(loss, ties):
+    """Counts built with an IPS loss fit what the in-memory IPS fit and scikit-learn's
+    bounded isotonic regression of the loss-weighted targets give (``loss="ips"``: targets
+    up to 10, fitted before the clip to [0, 1])."""
+    rng = np.random.default_rng(21)
+    s, y, w, omega = _ips_data(rng, 3000, ties=ties)
+    counts = score_counts(s, y, w, propensity=omega, loss=loss)
+    if loss == "ips":
+        assert counts.target_max == (y / omega).max() > 5
+        np.testing.assert_allclose(counts.targets.sum(), np.dot(w, y / omega), rtol=TOL)
+    else:
+        assert counts.target_sum is None
+    cal = jaxcal.IsotonicCalibration(increasing=True)
+    got = cal.fit_counts(counts)
+    want = cal.fit(s, y, sample_weight=w, propensity=omega, loss=loss)
+    np.testing.assert_allclose(got.knots_x, want.knots_x, atol=TOL)
+    np.testing.assert_allclose(got.knots_y, want.knots_y, atol=1e-10)
+    oracle = _sklearn_loss_fit(s, y, w, omega, loss, s)
+    np.testing.assert_allclose(np.asarray(got.predict(s), np.float64), oracle, atol=1e-10)
+    assert np.ptp(oracle) > 0.5  # a real map, not a constant
+
+
+def test_ips_counts_stream_and_merge():
+    """IPS counts from chunks (with their propensities) equal the counts of all the data;
+    merged with counts of labels, the labels are their targets."""
+    rng = np.random.default_rng(22)
+    s, y, w, omega = _ips_data(rng, 2000)
+    chunks = [(s[i : i + 300], y[i : i + 300], w[i : i + 300], omega[i : i + 300])
+              for i in range(0, 2000, 300)]  # fmt: skip
+    whole = score_counts(s, y, w, propensity=omega, loss="ips")
+    streamed = from_chunks(chunks, loss="ips")
+    _assert_same_counts(streamed, whole)
+    np.testing.assert_allclose(streamed.target_sum, whole.target_sum, rtol=TOL, atol=TOL)
+    assert streamed.target_max == whole.target_max
+    ips_part = score_counts(s[:1000], y[:1000], w[:1000], propensity=omega[:1000], loss="ips")
+    label_part = score_counts(s[1000:], y[1000:], w[1000:])
+    mixed = merge(ips_part, label_part)
+    t = np.r_[y[:1000] / omega[:1000], y[1000:]]
+    cal = jaxcal.IsotonicCalibration(increasing=True)
+    want = IsotonicRegression(y_min=0.0, y_max=1.0).fit(s, t, sample_weight=w).predict(s)
+    np.testing.assert_allclose(cal.fit_counts(mixed).predict(s), want, atol=1e-10)
+    assert mixed.target_max == ips_part.target_max
+
+
+def test_ips_quantised_fit_is_within_its_bound():
+    """Quantised IPS counts: the bound grows with the largest target T,
+    2 max(1, T) max W_k / W, and (1/W) sum w (g - f)^2 <= (L(g) - L(f)) / W <= bound
+    against scikit-learn's exact bounded fit f of the targets."""
+    rng = np.random.default_rng(23)
+    s, y, w, omega = _ips_data(rng, 20_000, ties=False)
+    labels_only = quantize(score_counts(s, y, w), 64)
+    counts = quantize(score_counts(s, y, w, propensity=omega, loss="ips"), 64)
+    T = float(counts.target_max)
+    assert T > 5
+    np.testing.assert_allclose(counts.quantization_bound, T * labels_only.quantization_bound)
+    fitted = jaxcal.IsotonicCalibration(increasing=True).fit_counts(counts)
+    t = y / omega
+    f = IsotonicRegression(y_min=0.0, y_max=1.0).fit(s, t, sample_weight=w).predict(s)
+    g = np.asarray(fitted.predict(s), np.float64)
+    total = w.sum()
+    gap = np.dot(w, (g - f) ** 2) / total
+    excess = (np.dot(w, (t - g) ** 2) - np.dot(w, (t - f) ** 2)) / total
+    assert 0 < gap <= excess + 1e-12
+    assert excess <= counts.quantization_bound
+
+
+def test_ips_counts_refuse_what_they_cannot_hold():
+    rng = np.random.default_rng(24)
+    s, y, w, omega = _ips_data(rng, 200)
+    with pytest.raises(ValueError, match="snips"):
+        score_counts(s, y, w, propensity=omega, loss="snips")
+    with pytest.raises(ValueError, match="needs per-pair propensities"):
+        score_counts(s, y, w, loss="ips")
+    with pytest.raises(ValueError, match="propensity must be > 0"):
+        score_counts(s, y, w, propensity=np.zeros(200), loss="ips")
+    with pytest.raises(ValueError, match="chunk 1 of the source: .*propensity must be <= 1"):
+        from_chunks([(s, y, w, omega), (s, y, w, omega + 1)], loss="ips")
+    counts = score_counts(s, y, w, propensity=omega, loss="ips")
+    with pytest.raises(ValueError, match="increasing=True or False"):
+        jaxcal.IsotonicCalibration(increasing="auto").fit_counts(counts)
+    only_positive = score_counts(s, np.ones(200), w, propensity=omega, loss="ips")
+    with pytest.raises(ValueError, match="only one class"):
+        jaxcal.IsotonicCalibration(increasing=True).fit_counts(only_positive)
+
+
+def test_ips_counts_save_and_load(tmp_path):
+    rng = np.random.default_rng(25)
+    s, y, w, omega = _ips_data(rng, 300)
+    counts = score_counts(s, y, w, propensity=omega, loss="ips", bins=16)
+    jaxcal.save(counts, tmp_path / "c")
+    back = jaxcal.load(tmp_path / "c.npz")
+    _assert_same_counts(back, counts, tol=0)
+    np.testing.assert_array_equal(back.target_sum, counts.target_sum)
+    assert back.target_max == counts.target_max
+
+
 # ----------------------------------------------------------------- across processes
 
 _PROCESS_DATA = """
@@ -306,6 +426,8 @@ def process_data(pid):
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))).astype(float)
     w = np.round(rng.uniform(0.5, 3.0, n) * 4)  # integer weights: exact sums
     return s, y, w
+def process_propensity(pid, n):
+    return 1.0 / np.random.default_rng(200 + pid).integers(1, 9, n)  # targets Y / omega: exact
 """
 
 
@@ -319,6 +441,8 @@ edges = np.linspace(-2, 2, 17)
 exact = score_counts(s, y, w).across_processes()
 quantised = score_counts(s, y, w, bins=edges).across_processes()
 fitted = jaxcal.IsotonicCalibration().fit_counts(exact)
+ips = score_counts(s, y, w, propensity=process_propensity(PID, len(s)), loss="ips")
+ips = ips.across_processes()
 errors = []
 for bad in (score_counts(s, y, w, bins=edges + PID),  # another grid on process 1
             score_counts(s, y, w, bins=edges if PID else None)):  # exact on process 0
@@ -328,7 +452,8 @@ for bad in (score_counts(s, y, w, bins=edges + PID),  # another grid on process 
         errors.append(str(exc))
 out = {"errors": errors, "auc": auc_from_counts(exact), "q_max": quantised.score_max.tolist(),
        "knots_x": np.asarray(fitted.knots_x).tolist(),
-       "knots_y": np.asarray(fitted.knots_y).tolist()}
+       "knots_y": np.asarray(fitted.knots_y).tolist(),
+       "ips_targets": ips.target_sum.tolist(), "ips_max": float(ips.target_max)}
 for name, c in (("e", exact), ("q", quantised)):
     for field in ("scores", "count", "weight", "label_sum"):
         out[name + "_" + field] = getattr(c, field).tolist()
@@ -352,6 +477,10 @@ def test_two_processes_merge_fit_and_score_as_one():
     exact = score_counts(s, y, w)
     quantised = score_counts(s, y, w, bins=np.linspace(-2, 2, 17))
     fitted = jaxcal.IsotonicCalibration().fit_counts(exact)
+    omega = np.concatenate(
+        [namespace["process_propensity"](p, len(namespace["process_data"](p)[0])) for p in (0, 1)]
+    )
+    ips = score_counts(s, y, w, propensity=omega, loss="ips")
     for out in outs:
         assert out == outs[0]  # identical on every process
         for name, c in (("e", exact), ("q", quantised)):
@@ -362,5 +491,7 @@ def test_two_processes_merge_fit_and_score_as_one():
         np.testing.assert_allclose(out["knots_y"], fitted.knots_y, atol=TOL)
         assert abs(out["auc"] - float(auc(s, y, sample_weight=w))) < TOL
         assert abs(out["auc"] - auc_from_counts(exact)) < TOL
+        assert out["ips_targets"] == ips.target_sum.tolist()  # bit for bit
+        assert out["ips_max"] == float(ips.target_max)
         assert "different grids" in out["errors"][0]
         assert "exact counts and others quantised" in out["errors"][1]
