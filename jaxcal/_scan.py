@@ -64,7 +64,7 @@ def cummax(x: jax.Array, *, reverse: bool = False) -> jax.Array:
     )
 
 
-def presort(key: np.ndarray, *rows: np.ndarray, when: bool = True) -> tuple[bool, ...]:
+def presort(key: np.ndarray, *rows: np.ndarray, when: bool = True) -> tuple:
     """``(presorted, key, *rows)``: on a CPU backend (and ``when``), the host arrays sorted
     by ``key`` with NumPy's default sort (any order within ties), for a program that then
     skips its own sort: XLA's comparator sort of 1e4 scores costs 5-9 ms in a quickly

@@ -139,15 +139,16 @@ void ValueGradHess(const Problem& pr, const Vector& eta, Derivatives& out) {
   out.f = f + 0.5 * quad;
 }
 
-// G^{-1} B with G = C_S C_S^T + diag(not active) for the [k, m] matrix B (in place).
-void RowGramSolve(const Problem& pr, const std::vector<bool>& active, double* B, int64_t m) {
-  const int64_t k = pr.k, p = pr.p;
+// G^{-1} B with G = C_S C_S^T + diag(not active) for the rows C [k, p] and the [k, m]
+// matrix B (in place): newton._row_gram_solve.
+void RowGramSolve(const Matrix& C, int64_t k, int64_t p, const std::vector<bool>& active,
+                  double* B, int64_t m) {
   Matrix G(k * k, 0.0);
   for (int64_t a = 0; a < k; ++a) {
     for (int64_t b = 0; b < k; ++b) {
       double s = 0;
       if (active[a] && active[b]) {
-        for (int64_t j = 0; j < p; ++j) s += pr.C[a * p + j] * pr.C[b * p + j];
+        for (int64_t j = 0; j < p; ++j) s += C[a * p + j] * C[b * p + j];
       }
       G[a * k + b] = s + (a == b && !active[a] ? 1.0 : 0.0);
     }
@@ -155,24 +156,18 @@ void RowGramSolve(const Problem& pr, const std::vector<bool>& active, double* B,
   SpdSolve(G, B, k, m);
 }
 
-// The orthogonal projector onto {eta : C_S eta = 0} (rows `C`, [k, p]).
+// The orthogonal projector onto {eta : C_S eta = 0} (rows `C`, [k, p]):
+// I - C_S^T G^{-1} C_S.
 Matrix Projector(const Matrix& C, int64_t k, int64_t p, const std::vector<bool>& active) {
   Matrix P(p * p, 0.0);
   for (int64_t j = 0; j < p; ++j) P[j * p + j] = 1.0;
   if (k == 0) return P;
-  Matrix Ca(k * p), G(k * k, 0.0);
+  Matrix Ca(k * p);
   for (int64_t a = 0; a < k; ++a) {
     for (int64_t j = 0; j < p; ++j) Ca[a * p + j] = active[a] ? C[a * p + j] : 0.0;
   }
-  for (int64_t a = 0; a < k; ++a) {
-    for (int64_t b = 0; b < k; ++b) {
-      double s = 0;
-      for (int64_t j = 0; j < p; ++j) s += Ca[a * p + j] * Ca[b * p + j];
-      G[a * k + b] = s + (a == b && !active[a] ? 1.0 : 0.0);
-    }
-  }
   Matrix GinvCa = Ca;
-  SpdSolve(G, GinvCa.data(), k, p);
+  RowGramSolve(C, k, p, active, GinvCa.data(), p);
   for (int64_t i = 0; i < p; ++i) {
     for (int64_t j = 0; j < p; ++j) {
       double s = 0;
@@ -301,7 +296,7 @@ Vector Multipliers(const Problem& pr, const Candidate& c, const std::vector<bool
     for (int64_t j = 0; j < p; ++j) s += pr.C[a * p + j] * c.grad[j];
     mu[a] = s;
   }
-  if (k > 0) RowGramSolve(pr, active, mu.data(), 1);
+  if (k > 0) RowGramSolve(pr.C, k, p, active, mu.data(), 1);
   return mu;
 }
 
