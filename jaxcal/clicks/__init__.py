@@ -7,7 +7,7 @@ baselines :class:`GCTR`, :class:`RCTR`, :class:`DCTR`; :class:`PBM`, :class:`Cas
 fitted pytree with ``predict_conditional`` / ``predict_marginal``; ``sessions`` may also be
 files or a callable of chunks, streamed on every EM iteration and summed across the processes
 of a ``jax.distributed`` job (:mod:`jaxcal.clicks.sources`, :mod:`jaxcal.distributed`), and
-``prior="empirical"`` learns the attractiveness prior from the log. Logs are
+``prior="empirical"`` learns the attractiveness (and satisfaction) priors from the log. Logs are
 :class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
 :func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
 truth); metrics :func:`perplexity`,

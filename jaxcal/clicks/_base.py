@@ -143,8 +143,9 @@ def check_prior(prior: Any) -> tuple[float, float]:
 
 
 def _resolve_prior(prior: Any) -> tuple[tuple[float, float], bool]:
-    """``(fixed pseudo-counts, empirical?)``: ``"empirical"`` learns the attractiveness
-    table's prior and keeps :data:`DEFAULT_PRIOR` for the other parameters."""
+    """``(fixed pseudo-counts, empirical?)``: ``"empirical"`` learns the priors of the
+    attractiveness (and satisfaction) tables and keeps :data:`DEFAULT_PRIOR` for the other
+    parameters."""
     if isinstance(prior, str):
         if prior != "empirical":
             raise ValueError(f'prior must be a pair (numerator, denominator) or "empirical"; '
@@ -182,9 +183,10 @@ class ClickModelFit:
         prior: the Beta pseudo-counts ``(numerator, denominator)`` (with
             ``prior="empirical"``: those of the rank and global parameters).
         n_results: SERP length seen in training.
-        learned_prior: with ``prior="empirical"``, ``{"alpha": [2] (a, b)}``: the
-            pseudo-counts learned for the attractiveness table (``a / b`` is what unseen
-            pairs predict); empty otherwise.
+        learned_prior: with ``prior="empirical"``, the learned pseudo-counts
+            ``(numerator, denominator)`` by table: ``{"alpha": [2]}`` (and ``"sigma"`` for
+            DBN and SDBN); what unseen pairs predict is ``numerator / denominator``; empty
+            otherwise.
     """
 
     pair_query: np.ndarray
@@ -326,11 +328,11 @@ class ClickModel:
             prior: Beta pseudo-counts ``(numerator, denominator)`` added to every
                 parameter's sufficient statistics: ``theta = (num + sum posterior) /
                 (den + sum count)`` (default ``(1, 2)``: unseen pairs predict 0.5); or
-                ``"empirical"``: the attractiveness table's pseudo-counts are learned from
-                the log by empirical Bayes (the Gamma-Poisson marginal likelihood of each
-                pair's clicks against its expected examinations,
+                ``"empirical"``: the pseudo-counts of the attractiveness table (and of DBN's
+                and SDBN's satisfaction table) are learned from the log by empirical Bayes
+                (the marginal likelihood of the observed clicks in each pair's parameter,
                 :mod:`jaxcal.clicks._empirical`), alternated with EM twice (the first EM
-                with ``(1, 2)``), so that unseen pairs predict a rate learned from the log
+                with ``(1, 2)``), so that unseen pairs predict values learned from the log
                 (``learned_prior`` of the result); the other parameters keep ``(1, 2)``.
             max_iter: maximum EM iterations (ignored by closed-form models).
             tol: EM stops when no parameter changes by ``tol`` or more.
@@ -415,21 +417,20 @@ class ClickModel:
             return self._empirical(fit, lambda: stream("").batches(mesh))
 
     def _empirical(self, fit: Callable, batches: Any) -> ClickModelFit:
-        """EM alternated with the attractiveness prior's empirical-Bayes fit
+        """EM alternated with the empirical-Bayes fits of the attractiveness prior and, in
+        models with a satisfaction table, the satisfaction prior
         (:mod:`jaxcal.clicks._empirical`); ``batches`` is the log's batches (or a callable
         returning them, for a streamed log)."""
-        fitted = fit()
+        fitted, learned = fit(), None
         for _ in range(_empirical.ROUNDS):
-            evidence = _empirical.pair_evidence(
-                type(fitted)._conditional_fn,
-                fitted._padded_params(),
-                batches() if callable(batches) else batches,
+            found = _empirical.evidence(
+                type(fitted), fitted._padded_params(), batches() if callable(batches) else batches
             )
-            learned = _empirical.learned_prior(
-                evidence, len(fitted.pair_query), np.asarray(DEFAULT_PRIOR)
+            learned = _empirical.learned_priors(
+                found, len(fitted.pair_query), DEFAULT_PRIOR, start=learned
             )
-            fitted = fit(priors={_empirical.TABLE: learned})
-        return dataclasses.replace(fitted, learned_prior={_empirical.TABLE: learned})
+            fitted = fit(priors=learned)
+        return dataclasses.replace(fitted, learned_prior=learned)
 
     def _fit_batch(
         self, batch, index, n, prior, max_iter, tol, mesh, stream, priors=None

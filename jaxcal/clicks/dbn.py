@@ -151,6 +151,19 @@ def _sdbn_marginal(params, qd, clicks, mask):
     return marginal(*_chain_params(params, qd, mask, 1.0))
 
 
+def _dbn_continuation(params, qd, clicks, mask):
+    """``gamma X_{r+1}``: the probability of a click below rank ``r`` for a user who goes on
+    after it (the satisfaction evidence of :mod:`jaxcal.clicks._empirical`)."""
+    a = jnp.where(mask, params["alpha"][qd], 0.0)
+    x_next, _ = backward_rank_major(a.T, params["gamma"], (clicks > 0).T)
+    return params["gamma"] * x_next.T
+
+
+def _sdbn_continuation(params, qd, clicks, mask):
+    """1: SDBN's closed form takes every last click for a satisfied one."""
+    return jnp.ones(qd.shape, params["alpha"].dtype)
+
+
 def _sdbn_stats(template, batch):
     w = session_weights(batch)
     c = batch.clicks
@@ -177,6 +190,7 @@ class FittedDBN(ClickModelFit):
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,), "gamma": ()}
     _conditional_fn = staticmethod(_dbn_conditional)
     _marginal_fn = staticmethod(_dbn_marginal)
+    _continuation_fn = staticmethod(_dbn_continuation)
 
 
 @pytree_dataclass
@@ -187,6 +201,7 @@ class FittedSDBN(ClickModelFit):
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,)}
     _conditional_fn = staticmethod(_sdbn_conditional)
     _marginal_fn = staticmethod(_sdbn_marginal)
+    _continuation_fn = staticmethod(_sdbn_continuation)
 
 
 @dataclasses.dataclass(frozen=True)

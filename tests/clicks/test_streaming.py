@@ -161,28 +161,41 @@ import jax
 from jaxcal.clicks import MODELS
 paths = {paths!r}
 mine = paths[PID::N] or (lambda: iter([]))  # with 4 processes, the last one has no shard
-fit = MODELS["{model}"]().fit(mine, max_iter=12, chunk_sessions=300)
+fit = MODELS["{model}"]().fit(mine, max_iter=12, chunk_sessions=300, prior={prior!r})
 print(json.dumps({{k: np.asarray(v).tolist() for k, v in fit.params.items()}}
-                 | {{"n_iter": int(fit.n_iter), "pairs": len(fit.pair_query)}}))
+                 | {{"n_iter": int(fit.n_iter), "pairs": len(fit.pair_query)}}
+                 | {{"learned_" + k: np.asarray(v).tolist()
+                    for k, v in fit.learned_prior.items()}}))
 """
 
 
-@pytest.mark.parametrize(("model", "n"), [("DBN", 2), ("UBM", 4)])
-def test_processes_with_their_own_shards_equal_one_process(tmp_path, model, n):
+@pytest.mark.parametrize(
+    ("model", "n", "prior"), [("DBN", 2, (1, 2)), ("UBM", 4, (1, 2)), ("DBN", 2, "empirical")]
+)
+def test_processes_with_their_own_shards_equal_one_process(tmp_path, model, n, prior):
+    """Every process holds the same model, equal to the one-process fit (with
+    ``prior="empirical"``: the learned priors too, from evidence summed across processes)."""
     log = _log(model, n=2400, seed=7)
     paths = []
     for k in range(3):  # shard k holds different queries' sessions (different pair sets)
         part = log[np.asarray(log.query) % 3 == k]
         paths.append(str(tmp_path / f"shard{k}.parquet"))
         _write_parquet(part, paths[-1])
-    ref = MODELS[model]().fit(log, max_iter=12)
-    outs = [json.loads(o) for o in run_processes(_PROCESS_FIT.format(paths=paths, model=model), n)]
+    ref = MODELS[model]().fit(log, max_iter=12, prior=prior)
+    code = _PROCESS_FIT.format(paths=paths, model=model, prior=prior)
+    outs = [json.loads(o) for o in run_processes(code, n)]
     for out in outs:
         assert out == outs[0]  # every process holds the same model, bit for bit
     assert outs[0]["n_iter"] == int(ref.n_iter)
     assert outs[0]["pairs"] == len(ref.pair_query)
     for k in ref.params:
         np.testing.assert_allclose(outs[0][k], ref.params[k], rtol=1e-10, atol=1e-12)
+    assert {k for k in outs[0] if k.startswith("learned_")} == {
+        "learned_" + k for k in ref.learned_prior
+    }
+    for k, v in ref.learned_prior.items():
+        # the prior fit's Newton stops at 1e-9 in log pseudo-counts
+        np.testing.assert_allclose(outs[0]["learned_" + k], v, rtol=1e-7)
 
 
 def test_command_line_fits_shards_on_two_processes(shards, tmp_path, capsys):
