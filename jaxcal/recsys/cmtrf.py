@@ -68,13 +68,15 @@ def _check_ratings(data, name: str, n_levels: int | None) -> Interactions:
     return data
 
 
-def _pairs(rows, cols, ratings, size: int, sort: bool) -> core.Pairs:
+def _pairs(rows, cols, ratings, size: int, sort: bool, weight=None) -> core.Pairs:
     """Pairs sorted by ``rows`` (if ``sort``), padded to ``size`` with zero weights (row and
-    column ids of the padding: the largest row id, so the rows stay sorted)."""
+    column ids of the padding: the largest row id, so the rows stay sorted); ``weight``:
+    each rating's weight (default 1)."""
     rows, cols, ratings = (np.asarray(a, np.int64) for a in (rows, cols, ratings))
+    weight = np.ones(rows.size) if weight is None else np.asarray(weight, np.float64)
     if sort:
         order = np.lexsort((cols, rows))
-        rows, cols, ratings = rows[order], cols[order], ratings[order]
+        rows, cols, ratings, weight = rows[order], cols[order], ratings[order], weight[order]
     fill_row = int(rows.max(initial=0))
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
     out = _shapes.pad_rows(
@@ -82,10 +84,34 @@ def _pairs(rows, cols, ratings, size: int, sort: bool) -> core.Pairs:
         rows.astype(np.int32),
         cols.astype(np.int32),
         (ratings - 1).astype(np.int32),
-        np.ones(rows.size, dtype),
+        weight.astype(dtype),
         fills=[fill_row, 0, 0, 0],
     )
     return core.Pairs(*(jax.device_put(a) for a in out))
+
+
+def _ips_weights(propensity, train: Interactions, validation: Interactions):
+    """Inverse-propensity weights of the training ratings (mean 1) and of the validation
+    ratings (:meth:`CMTRF.fit`)."""
+    p = np.asarray(propensity, np.float64)
+    if p.shape != (train.n_users, train.n_items):
+        raise ValueError(
+            f"propensity must be [n_users, n_items] = [{train.n_users}, {train.n_items}]; "
+            f"got shape {p.shape}."
+        )
+    weights = []
+    for name, data in (("train", train), ("validation", validation)):
+        at = p[np.asarray(data.user), np.asarray(data.item)]
+        bad = ~(np.isfinite(at) & (at > 0) & (at <= 1))
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(
+                f"propensity must lie in (0, 1] at every {name} rating; got {at[k]!r} at "
+                f"user {int(data.user[k])}, item {int(data.item[k])}."
+            )
+        weights.append(1.0 / at)
+    train_w, val_w = weights
+    return train_w / train_w.mean(), val_w
 
 
 @functools.partial(jit, static_argnames=("loss", "clip"))
@@ -322,16 +348,31 @@ class CMTRF:
         return take(np.sort(perm[n_val:])), take(np.sort(perm[:n_val]))
 
     def fit(
-        self, train: Interactions, *, key: jax.Array, validation: Interactions | None = None
+        self,
+        train: Interactions,
+        *,
+        key: jax.Array,
+        validation: Interactions | None = None,
+        propensity: ArrayLike | None = None,
     ) -> CMTRFModel:
-        """Fit on ``train`` (explicit ratings ``1..L``), early-stopped and grid-chosen on
+        r"""Fit on ``train`` (explicit ratings ``1..L``), early-stopped and grid-chosen on
         ``validation`` ratings; when ``validation`` is None a random
         ``validation_fraction`` of ``train`` (drawn with ``key``) is held out for that and
         not trained on. Test ratings are never needed.
 
+        ``propensity``: ``[n_users, n_items]`` probabilities that each rating is observed
+        (ratings missing not at random, as Coat's self-selected ones). Every loss over
+        ratings, the ALS half-steps, the transform step and the validation MSE, is then
+        weighted by :math:`1 / p_{ui}` (inverse propensity scoring, Schnabel et al., ICML
+        2016): the training weights scaled to mean 1, so that the penalties keep their
+        meaning, and the validation MSE self-normalised
+        (:math:`\sum w e^2 / \sum w`), an estimate of the error on ratings of items drawn
+        at random.
+
         Raises:
             ValueError: ratings not integers in ``1..L``, empty data, ids out of range,
-                ``validation`` of another size, or too few ratings to hold out.
+                ``validation`` of another size, too few ratings to hold out, or
+                ``propensity`` of another shape or outside ``(0, 1]`` where rated.
         """
         train = _check_ratings(train, "train", self.n_levels)
         key = (
@@ -349,6 +390,9 @@ class CMTRF:
                     f"validation is {validation.n_users} x {validation.n_items} but train is "
                     f"{train.n_users} x {train.n_items}."
                 )
+        train_w = val_w = None
+        if propensity is not None:
+            train_w, val_w = _ips_weights(propensity, train, validation)
         n_levels = self.n_levels or int(max(train.rating.max(), validation.rating.max()))
         if n_levels < 2:
             raise ValueError("the rating scale needs at least 2 levels (set n_levels).")
@@ -360,14 +404,15 @@ class CMTRF:
         n_items = _shapes.padded_size(train.n_items)
         size = _shapes.padded_size(train.rating.size)
         problem = core.Problem(
-            by_user=_pairs(train.user, train.item, train.rating, size, sort=True),
-            by_item=_pairs(train.item, train.user, train.rating, size, sort=True),
+            by_user=_pairs(train.user, train.item, train.rating, size, True, train_w),
+            by_item=_pairs(train.item, train.user, train.rating, size, True, train_w),
             validation=_pairs(
                 validation.user,
                 validation.item,
                 validation.rating,
                 _shapes.padded_size(validation.rating.size),
                 sort=False,
+                weight=val_w,
             ),
         )
         l2u = _positive_grid(self.l2_user, "l2_user")

@@ -296,3 +296,66 @@ def test_ridge_mf_with_the_offset_beats_it_without(data):
     without = CMTRF(offset=False, **kw).fit(train, key=jax.random.key(0), validation=valid)
     assert float(without.offset) == 0.0 and float(with_mu.offset) > 1.0  # ratings are 1..5
     assert float(np.nanmin(with_mu.validation_mse)) < float(np.nanmin(without.validation_mse))
+
+
+def _propensity(data, seed=1):
+    return np.random.default_rng(seed).uniform(0.05, 1.0, (data.n_users, data.n_items))
+
+
+def test_ips_items_are_stationary_under_the_weighted_loss(data):
+    """KKT oracle for inverse propensity scoring: the kept item factors zero the gradient of
+    the weighted squared loss (weights 1 / p scaled to mean 1 over the training ratings)
+    given the users and the offset; the unweighted gradient is far from 0."""
+    train, valid = data
+    p = _propensity(train)
+    l2_item = 0.7
+    model = CMTRF(transform="none", rank=2, l2_item=l2_item, n_sweeps=4)
+    fitted = model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)
+    x, y = np.asarray(fitted.user_factors), np.asarray(fitted.item_factors)
+    w = 1.0 / p[train.user, train.item]
+    w = w / w.mean()
+    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(fitted.offset)
+
+    def grad(weight):
+        g = l2_item * y.copy()
+        np.add.at(g, train.item, (weight * (theta - train.rating))[:, None] * x[train.user])
+        return np.max(np.abs(g))
+
+    assert grad(w) < 1e-8
+    assert grad(np.ones_like(w)) > 1e-3
+
+
+def test_ips_validation_mse_is_the_self_normalised_weighted_error(data):
+    """The chosen model's validation MSE is sum w e^2 / sum w with w = 1 / p (numpy, from its
+    own predictions), and every other grid point's is no smaller."""
+    train, valid = data
+    p = _propensity(train)
+    model = CMTRF(transform="global", rank=2, l2_user=(0.3, 3.0), l2_item=(0.3, 3.0), n_sweeps=6)
+    fitted = model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)
+    pred = np.asarray(fitted.predict(valid.user, valid.item))
+    w = 1.0 / p[valid.user, valid.item]
+    want = np.sum(w * (pred - valid.rating) ** 2) / np.sum(w)
+    grid = np.asarray(fitted.grid_validation_mse)
+    assert float(np.nanmin(grid)) == pytest.approx(want, rel=1e-6)
+    assert float(np.nanmin(fitted.validation_mse)) == pytest.approx(want, rel=1e-6)
+
+
+def test_constant_propensity_is_the_unweighted_fit(data):
+    train, valid = data
+    model = CMTRF(transform="per_user", rank=2, n_sweeps=5)
+    plain = model.fit(train, key=jax.random.key(0), validation=valid)
+    const = np.full((train.n_users, train.n_items), 0.3)
+    ips = model.fit(train, key=jax.random.key(0), validation=valid, propensity=const)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(ips), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-9)
+
+
+def test_bad_propensity_raises(data):
+    train, valid = data
+    model = CMTRF(transform="none", rank=2, n_sweeps=2)
+    with pytest.raises(ValueError, match="propensity must be"):
+        model.fit(train, key=jax.random.key(0), validation=valid, propensity=np.ones((3, 3)))
+    p = _propensity(train)
+    p[train.user[0], train.item[0]] = 0.0
+    with pytest.raises(ValueError, match=r"\(0, 1\] at every train rating.*user"):
+        model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)

@@ -115,3 +115,21 @@ def test_unknown_names_are_refused():
     )
     with pytest.raises(ValueError, match="unknown models"):
         args.func(args)
+
+
+def test_coat_adds_inverse_propensity_rows(data_dir):
+    """On Coat every CMTRF model is also fitted with the authors' propensities: its (IPS)
+    row's MSE is recomputed from its predictions, and the IPS model differs from the plain
+    one (a real reweighting)."""
+    from jaxcal.data import load_coat
+
+    split = h.load_split("coat", data_dir=data_dir)
+    np.testing.assert_array_equal(split.propensity, load_coat(data_dir / "coat").propensities)
+    study = h.run_study(split, grid=(1.0,), n_sweeps=3, only=("MF", "MMC"), quiet=True)
+    assert set(study["rows"]) == {"MF", "MMC", "MF (IPS)"}  # MMC takes no propensities
+    test = split.test
+    for name in ("MF", "MF (IPS)"):
+        pred = study["predictions"][name]
+        want = np.mean((pred - test.rating) ** 2)
+        assert study["rows"][name]["mse"] == pytest.approx(want, rel=1e-6)
+    assert np.max(np.abs(study["predictions"]["MF"] - study["predictions"]["MF (IPS)"])) > 1e-3
