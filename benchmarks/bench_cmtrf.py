@@ -348,6 +348,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip-reference", action="store_true")
     p.add_argument("--skip-jaxcal", action="store_true")
     p.add_argument("--mmc", action="store_true", help="add jaxcal's MMC baseline row")
+    p.add_argument(
+        "--tol", type=float, default=0.0, help="jaxcal's early-stopping tolerance (CMTRF tol)"
+    )
     args = p.parse_args(argv)
     grid = _parse_grid(args.grid)
     variants = [v for v in args.variants.split(",") if v]
@@ -407,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
                     n_clusters=args.n_clusters,
                     l2_user=grid,
                     l2_item=grid,
+                    tol=args.tol,
                 )
                 res = run_jaxcal(model, split, seed=args.seed)
                 row.update(jax_mse=res.test_mse, first=res.first_seconds, warm=res.warm_seconds)
@@ -432,7 +436,10 @@ def main(argv: list[str] | None = None) -> None:
                 "warm": res.warm_seconds,
             }
         )
-    print(f"\n### {args.dataset} (rank {args.rank}, {len(grid)} x {len(grid)} lambda grid)\n")
+    print(
+        f"\n### {args.dataset} (rank {args.rank}, {len(grid)} x {len(grid)} lambda grid, "
+        f"jaxcal tol={args.tol:g})\n"
+    )
     print(table(rows))
 
 

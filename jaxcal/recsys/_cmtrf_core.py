@@ -666,21 +666,24 @@ def validation_mse(state: State, problem: Problem, cfg: Config) -> jax.Array:
     return jnp.sum(pv.weight * err) / jnp.maximum(jnp.sum(pv.weight), 1.0)
 
 
-def _early_stopping(step, state: State, evaluate, n_sweeps: int, patience):
-    """Run ``step`` up to ``n_sweeps`` times, stopping after ``patience`` sweeps without a
-    better validation MSE; returns the best state, its sweep, MSE and the history."""
+def _early_stopping(step, state: State, evaluate, n_sweeps: int, patience, tol):
+    """Run ``step`` up to ``n_sweeps`` times, stopping after ``patience`` sweeps without
+    progress: a validation MSE more than ``tol`` (relative) below the one of the last
+    progress; returns the best state (lowest validation MSE), its sweep, MSE and the
+    history."""
     dtype = state.user_factors.dtype
     history = jnp.full(n_sweeps, jnp.nan, dtype)
 
     def cond(c):
-        t, _, _, _, best_t, _ = c
-        return (t < n_sweeps) & (t - 1 - best_t < patience)
+        t, _, _, _, _, _, ref_t, _ = c
+        return (t < n_sweeps) & (t - 1 - ref_t < patience)
 
     def body(c):
-        t, cur, best, best_mse, best_t, history = c
+        t, cur, best, best_mse, best_t, ref_mse, ref_t, history = c
         cur = step(cur)
         mse = evaluate(cur)
         better = mse < best_mse
+        progress = mse < ref_mse * (1 - tol)
         best = jax.tree.map(lambda a, b: jnp.where(better, a, b), cur, best)
         return (
             t + 1,
@@ -688,16 +691,19 @@ def _early_stopping(step, state: State, evaluate, n_sweeps: int, patience):
             best,
             jnp.where(better, mse, best_mse),
             jnp.where(better, t, best_t),
+            jnp.where(progress, mse, ref_mse),
+            jnp.where(progress, t, ref_t),
             history.at[t].set(mse),
         )
 
-    init = (jnp.int32(0), state, state, jnp.asarray(jnp.inf, dtype), jnp.int32(-1), history)
-    _, _, best, best_mse, best_t, history = lax.while_loop(cond, body, init)
+    inf = jnp.asarray(jnp.inf, dtype)
+    init = (jnp.int32(0), state, state, inf, jnp.int32(-1), inf, jnp.int32(-1), history)
+    _, _, best, best_mse, best_t, _, _, history = lax.while_loop(cond, body, init)
     return best, best_t, best_mse, history
 
 
 def fit_one(
-    problem: Problem, key: jax.Array, l2_user, l2_item, epsilon, patience, cfg: Config
+    problem: Problem, key: jax.Array, l2_user, l2_item, epsilon, patience, tol, cfg: Config
 ) -> FitOutput:
     """One CMTRF fit (module docstring) with early stopping on the validation MSE.
 
@@ -737,7 +743,7 @@ def fit_one(
         return _refit_transforms(state, count_u, total_u, state.transforms.shape[0], epsilon, cfg)
 
     best, best_t, best_mse, history = _early_stopping(
-        sweep, state, evaluate, cfg.n_sweeps, patience
+        sweep, state, evaluate, cfg.n_sweeps, patience, tol
     )
     pre = jnp.full(cfg.n_sweeps, jnp.nan, dtype)
     if cfg.transform == "clustered":
@@ -749,18 +755,18 @@ def fit_one(
         centres, labels = kmeans(per_user, rated, start, cfg.kmeans_iters)
         state = best._replace(transforms=centres, group=labels)
         best, best_t, best_mse, history = _early_stopping(
-            functools.partial(sweep, reassign=True), state, evaluate, cfg.n_sweeps, patience
+            functools.partial(sweep, reassign=True), state, evaluate, cfg.n_sweeps, patience, tol
         )
     return FitOutput(best, best_t, best_mse, history, pre)
 
 
 @functools.partial(jit, static_argnames=("cfg",))
-def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, *, cfg: Config):
+def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *, cfg: Config):
     """:func:`fit_one` for every grid point (``keys`` ``[P, 2]`` raw key data, ``l2_user``,
     ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points."""
 
     def one(args):
         key, lu, li = args
-        return fit_one(problem, key, lu, li, epsilon, patience, cfg)
+        return fit_one(problem, key, lu, li, epsilon, patience, tol, cfg)
 
     return lax.map(one, (keys, l2_user, l2_item), batch_size=cfg.batch_size)

@@ -359,3 +359,37 @@ def test_bad_propensity_raises(data):
     p[train.user[0], train.item[0]] = 0.0
     with pytest.raises(ValueError, match=r"\(0, 1\] at every train rating.*user"):
         model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)
+
+
+def _stop_after(history, patience, tol):
+    """The number of sweeps the early-stopping rule runs (numpy re-implementation)."""
+    ref, ref_t = np.inf, -1
+    for t, mse in enumerate(history):
+        if mse < ref * (1 - tol):
+            ref, ref_t = mse, t
+        if t - ref_t >= patience:
+            return t + 1
+    return len(history)
+
+
+@pytest.mark.parametrize("tol", [1e-3, 1e-2])
+def test_tol_stops_where_the_rule_says_and_keeps_the_best_sweep(data, tol):
+    """The same sweeps as tol=0 up to the stop, which falls where the rule (numpy, on the
+    tol=0 history) puts it; the kept sweep is the lowest validation MSE among those run."""
+    train, valid = data
+    kw = {"transform": "global", "rank": 2, "n_sweeps": 40, "patience": 3}
+    full = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
+    early = CMTRF(tol=tol, **kw).fit(train, key=jax.random.key(0), validation=valid)
+    h0, h = np.asarray(full.validation_mse), np.asarray(early.validation_mse)
+    ran = int(np.sum(~np.isnan(h)))
+    assert ran == _stop_after(h0[~np.isnan(h0)], 3, tol)
+    np.testing.assert_allclose(h[:ran], h0[:ran], rtol=1e-6)
+    assert int(early.best_sweep) == int(np.argmin(h[:ran]))
+    assert ran <= int(np.sum(~np.isnan(h0)))
+
+
+def test_bad_tol_raises():
+    with pytest.raises(ValueError, match="tol must be"):
+        CMTRF(tol=1.0)
+    with pytest.raises(ValueError, match="tol must be"):
+        CMTRF(tol=-0.1)
