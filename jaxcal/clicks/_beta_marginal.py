@@ -70,7 +70,8 @@ def _mode(a, b, c, z, q):
     safe_a = jnp.where(A < 0, A, -1.0)
     pos = jnp.where(B > 0, (B + root) / (-2.0 * safe_a), 2.0 * C / jnp.maximum(root - B, 1e-300))
     linear = C / jnp.maximum(-B, 1e-300)  # q = 0: the linear case
-    return jnp.clip(jnp.where(A < 0, pos, linear), 1e-300, 1.0)
+    # strictly inside (0, 1), so that its logit is finite
+    return jnp.clip(jnp.where(A < 0, pos, linear), 1e-300, 1.0 - 1e-15)
 
 
 def _h(t, a, b, c, z, q):
