@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--tol", type=float, default=0.0, help="jaxcal's early-stopping tolerance (CMTRF tol)"
     )
+    p.add_argument("--warm-start", action="store_true", help="jaxcal's CMTRF(warm_start=True)")
     args = p.parse_args(argv)
     grid = _parse_grid(args.grid)
     variants = [v for v in args.variants.split(",") if v]
@@ -411,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
                     l2_user=grid,
                     l2_item=grid,
                     tol=args.tol,
+                    warm_start=args.warm_start,
                 )
                 res = run_jaxcal(model, split, seed=args.seed)
                 row.update(jax_mse=res.test_mse, first=res.first_seconds, warm=res.warm_seconds)
@@ -438,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     print(
         f"\n### {args.dataset} (rank {args.rank}, {len(grid)} x {len(grid)} lambda grid, "
-        f"jaxcal tol={args.tol:g})\n"
+        f"jaxcal tol={args.tol:g}, warm_start={args.warm_start})\n"
     )
     print(table(rows))
 

@@ -90,6 +90,7 @@ class Config:
     dense: bool = False  # half-steps on dense [n_users, n_items] masks (small matrices)
     native: bool = False  # ridge systems and pair scores by the compiled CPU kernels (_native)
     offset: bool = True  # a global offset mu in theta (unpenalised, refitted every sweep)
+    warm_start: bool = False  # grid points in order, each from the previous one's factors
 
 
 class Pairs(NamedTuple):
@@ -703,14 +704,41 @@ def _early_stopping(step, state: State, evaluate, n_sweeps: int, patience, tol):
 
 
 def fit_one(
-    problem: Problem, key: jax.Array, l2_user, l2_item, epsilon, patience, tol, cfg: Config
+    problem: Problem,
+    key: jax.Array,
+    l2_user,
+    l2_item,
+    epsilon,
+    patience,
+    tol,
+    cfg: Config,
+    start: State | None = None,
 ) -> FitOutput:
+    """:func:`_fit_one`'s fit."""
+    return _fit_one(problem, key, l2_user, l2_item, epsilon, patience, tol, cfg, start)[0]
+
+
+def _fit_one(
+    problem: Problem,
+    key: jax.Array,
+    l2_user,
+    l2_item,
+    epsilon,
+    patience,
+    tol,
+    cfg: Config,
+    start: State | None = None,
+) -> tuple[FitOutput, State]:
     """One CMTRF fit (module docstring) with early stopping on the validation MSE.
 
     ``transform="clustered"``: the per-user fit first (early-stopped), k-means++ and Lloyd
     over its transforms (users with training ratings), then sweeps of (ALS half-steps,
     reassignment of every user by training loss, refit of each cluster's transform), again
-    early-stopped. ``key``: raw key data (``jax.random.key_data``)."""
+    early-stopped. ``key``: raw key data (``jax.random.key_data``). ``start``: a state whose
+    factors, biases, offset and transforms replace the starting ones (warm start; for
+    ``clustered``, those of the per-user phase). Returns the fit and the state a next
+    warm-started fit starts from (the best state; for ``clustered``, of its per-user
+    phase)."""
     key = jax.random.wrap_key_data(key)
     k_init, k_means = jax.random.split(key)
     dtype = jnp.result_type(float)
@@ -730,6 +758,15 @@ def fit_one(
         else jnp.arange(cfg.n_users, dtype=jnp.int32),
         offset=jnp.zeros((), dtype),
     )
+    if start is not None:
+        state = state._replace(
+            user_factors=start.user_factors,
+            item_factors=start.item_factors,
+            user_bias=start.user_bias,
+            item_bias=start.item_bias,
+            offset=start.offset,
+        )
+        state = state._replace(transforms=start.transforms)
     evaluate = functools.partial(validation_mse, problem=problem, cfg=cfg)
     dense = _dense_ratings(problem, cfg) if cfg.dense else None
 
@@ -746,6 +783,7 @@ def fit_one(
         sweep, state, evaluate, cfg.n_sweeps, patience, tol
     )
     pre = jnp.full(cfg.n_sweeps, jnp.nan, dtype)
+    carry = best
     if cfg.transform == "clustered":
         pre = history
         count_u, _ = _user_stats(best, problem, cfg)
@@ -757,13 +795,27 @@ def fit_one(
         best, best_t, best_mse, history = _early_stopping(
             functools.partial(sweep, reassign=True), state, evaluate, cfg.n_sweeps, patience, tol
         )
-    return FitOutput(best, best_t, best_mse, history, pre)
+    return FitOutput(best, best_t, best_mse, history, pre), carry
 
 
 @functools.partial(jit, static_argnames=("cfg",))
 def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *, cfg: Config):
     """:func:`fit_one` for every grid point (``keys`` ``[P, 2]`` raw key data, ``l2_user``,
-    ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points."""
+    ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points; with
+    ``cfg.warm_start``, one after another in the given order, each starting from the
+    previous point's fit (:func:`_fit_one`; the first from ``keys[0]``'s random start)."""
+    if cfg.warm_start:
+
+        def chain(prev, args):
+            key, lu, li = args
+            out, carry = _fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, prev)
+            return carry, out
+
+        first, carry = _fit_one(
+            problem, keys[0], l2_user[0], l2_item[0], epsilon, patience, tol, cfg
+        )
+        _, rest = lax.scan(chain, carry, (keys[1:], l2_user[1:], l2_item[1:]))
+        return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
 
     def one(args):
         key, lu, li = args
