@@ -713,21 +713,6 @@ def fit_one(
     tol,
     cfg: Config,
     start: State | None = None,
-) -> FitOutput:
-    """:func:`_fit_one`'s fit."""
-    return _fit_one(problem, key, l2_user, l2_item, epsilon, patience, tol, cfg, start)[0]
-
-
-def _fit_one(
-    problem: Problem,
-    key: jax.Array,
-    l2_user,
-    l2_item,
-    epsilon,
-    patience,
-    tol,
-    cfg: Config,
-    start: State | None = None,
 ) -> tuple[FitOutput, State]:
     """One CMTRF fit (module docstring) with early stopping on the validation MSE.
 
@@ -803,15 +788,16 @@ def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *
     """:func:`fit_one` for every grid point (``keys`` ``[P, 2]`` raw key data, ``l2_user``,
     ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points; with
     ``cfg.warm_start``, one after another in the given order, each starting from the
-    previous point's fit (:func:`_fit_one`; the first from ``keys[0]``'s random start)."""
+    state :func:`fit_one` returns for the previous point (the first from ``keys[0]``'s
+    random start)."""
     if cfg.warm_start:
 
         def chain(prev, args):
             key, lu, li = args
-            out, carry = _fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, prev)
+            out, carry = fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, prev)
             return carry, out
 
-        first, carry = _fit_one(
+        first, carry = fit_one(
             problem, keys[0], l2_user[0], l2_item[0], epsilon, patience, tol, cfg
         )
         _, rest = lax.scan(chain, carry, (keys[1:], l2_user[1:], l2_item[1:]))
@@ -819,6 +805,6 @@ def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *
 
     def one(args):
         key, lu, li = args
-        return fit_one(problem, key, lu, li, epsilon, patience, tol, cfg)
+        return fit_one(problem, key, lu, li, epsilon, patience, tol, cfg)[0]
 
     return lax.map(one, (keys, l2_user, l2_item), batch_size=cfg.batch_size)
