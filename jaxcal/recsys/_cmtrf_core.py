@@ -26,7 +26,8 @@ Everything here is a pure function of arrays (jittable, ``vmap``-able, float32 o
   isotonic regression on :math:`y_r = z_r - \varepsilon (r - 1)`, clipped to the anchors);
 * :func:`kmeans_plus_plus`, :func:`kmeans`: k-means over per-user transforms;
 * :func:`inverse_transform`, :func:`predict_ratings`: ratings from scores;
-* :func:`fit_one`: one model with early stopping on validation; :func:`fit_grid`: many.
+* :func:`fit_one`: one model with early stopping on validation; :func:`fit_grid`: many;
+  :func:`replay`: a chosen one again, on more ratings.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ __all__ = [
     "kmeans",
     "inverse_transform",
     "predict_ratings",
+    "initial_state",
     "fit_one",
     "fit_grid",
+    "replay",
 ]
 
 _BISECTION_STEPS = 64
@@ -703,36 +706,16 @@ def _early_stopping(step, state: State, evaluate, n_sweeps: int, patience, tol):
     return best, best_t, best_mse, history
 
 
-def fit_one(
-    problem: Problem,
-    key: jax.Array,
-    l2_user,
-    l2_item,
-    epsilon,
-    patience,
-    tol,
-    cfg: Config,
-    start: State | None = None,
-) -> tuple[FitOutput, State]:
-    """One CMTRF fit (module docstring) with early stopping on the validation MSE.
-
-    ``transform="clustered"``: the per-user fit first (early-stopped), k-means++ and Lloyd
-    over its transforms (users with training ratings), then sweeps of (ALS half-steps,
-    reassignment of every user by training loss, refit of each cluster's transform), again
-    early-stopped. ``key``: raw key data (``jax.random.key_data``). ``start``: a state whose
-    factors, biases, offset and transforms replace the starting ones (warm start; for
-    ``clustered``, those of the per-user phase). Returns the fit and the state a next
-    warm-started fit starts from (the best state; for ``clustered``, of its per-user
-    phase)."""
-    key = jax.random.wrap_key_data(key)
-    k_init, k_means = jax.random.split(key)
+def initial_state(key: jax.Array, epsilon, cfg: Config) -> State:
+    """The random start of a fit (``key``: raw key data, as :func:`fit_one`'s): zero user
+    factors, item factors drawn with standard deviation ``cfg.init_scale``, the evenly
+    spaced transform."""
+    k_init, _ = jax.random.split(jax.random.wrap_key_data(key))
     dtype = jnp.result_type(float)
-    v = cfg.init_scale * jax.random.normal(k_init, (cfg.n_items, cfg.rank), dtype)
-    n_groups = {"none": 1, "global": 1, "per_user": cfg.n_users, "clustered": cfg.n_users}
-    g = n_groups[cfg.transform]
-    state = State(
+    g = {"none": 1, "global": 1, "per_user": cfg.n_users, "clustered": cfg.n_users}[cfg.transform]
+    return State(
         user_factors=jnp.zeros((cfg.n_users, cfg.rank), dtype),
-        item_factors=v,
+        item_factors=cfg.init_scale * jax.random.normal(k_init, (cfg.n_items, cfg.rank), dtype),
         user_bias=jnp.zeros(cfg.n_users, dtype),
         item_bias=jnp.zeros(cfg.n_items, dtype),
         transforms=jnp.broadcast_to(
@@ -743,6 +726,35 @@ def fit_one(
         else jnp.arange(cfg.n_users, dtype=jnp.int32),
         offset=jnp.zeros((), dtype),
     )
+
+
+def fit_one(
+    problem: Problem,
+    key: jax.Array,
+    l2_user,
+    l2_item,
+    epsilon,
+    patience,
+    tol,
+    cfg: Config,
+    start: State | None = None,
+    sweeps: tuple[jax.Array, jax.Array] | None = None,
+) -> tuple[FitOutput, State]:
+    """One CMTRF fit (module docstring) with early stopping on the validation MSE.
+
+    ``transform="clustered"``: the per-user fit first (early-stopped), k-means++ and Lloyd
+    over its transforms (users with training ratings), then sweeps of (ALS half-steps,
+    reassignment of every user by training loss, refit of each cluster's transform), again
+    early-stopped. ``key``: raw key data (``jax.random.key_data``). ``start``: a state whose
+    factors, biases, offset and transforms replace the random ones of
+    :func:`initial_state` (warm start; for ``clustered``, of the per-user phase).
+    ``sweeps``: ``(first, second)`` numbers of sweeps of the first and (``clustered``) the
+    second phase, run without early stopping (a replay of a chosen fit; the validation MSEs
+    are then ``nan``). Returns the fit and the state a next warm-started fit starts from
+    (the best state; for ``clustered``, of its per-user phase)."""
+    dtype = jnp.result_type(float)
+    state = initial_state(key, epsilon, cfg)
+    _, k_means = jax.random.split(jax.random.wrap_key_data(key))
     if start is not None:
         state = state._replace(
             user_factors=start.user_factors,
@@ -750,8 +762,8 @@ def fit_one(
             user_bias=start.user_bias,
             item_bias=start.item_bias,
             offset=start.offset,
+            transforms=start.transforms,
         )
-        state = state._replace(transforms=start.transforms)
     evaluate = functools.partial(validation_mse, problem=problem, cfg=cfg)
     dense = _dense_ratings(problem, cfg) if cfg.dense else None
 
@@ -764,9 +776,15 @@ def fit_one(
             state = _reassign(state, count_u, total_u, cfg)
         return _refit_transforms(state, count_u, total_u, state.transforms.shape[0], epsilon, cfg)
 
-    best, best_t, best_mse, history = _early_stopping(
-        sweep, state, evaluate, cfg.n_sweeps, patience, tol
-    )
+    def phase(step, state, n_fixed):
+        if sweeps is None:
+            return _early_stopping(step, state, evaluate, cfg.n_sweeps, patience, tol)
+        nan = jnp.full(cfg.n_sweeps, jnp.nan, dtype)
+        end = lax.fori_loop(0, n_fixed, lambda _, s: step(s), state)
+        return end, n_fixed - 1, jnp.asarray(jnp.nan, dtype), nan
+
+    first, second = (None, None) if sweeps is None else sweeps
+    best, best_t, best_mse, history = phase(sweep, state, first)
     pre = jnp.full(cfg.n_sweeps, jnp.nan, dtype)
     carry = best
     if cfg.transform == "clustered":
@@ -774,11 +792,11 @@ def fit_one(
         count_u, _ = _user_stats(best, problem, cfg)
         rated = (jnp.sum(count_u, axis=1) > 0).astype(dtype)
         per_user = best.transforms
-        start = kmeans_plus_plus(k_means, per_user, rated, cfg.n_clusters)
-        centres, labels = kmeans(per_user, rated, start, cfg.kmeans_iters)
+        centres = kmeans_plus_plus(k_means, per_user, rated, cfg.n_clusters)
+        centres, labels = kmeans(per_user, rated, centres, cfg.kmeans_iters)
         state = best._replace(transforms=centres, group=labels)
-        best, best_t, best_mse, history = _early_stopping(
-            functools.partial(sweep, reassign=True), state, evaluate, cfg.n_sweeps, patience, tol
+        best, best_t, best_mse, history = phase(
+            functools.partial(sweep, reassign=True), state, second
         )
     return FitOutput(best, best_t, best_mse, history, pre), carry
 
@@ -789,22 +807,32 @@ def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *
     ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points; with
     ``cfg.warm_start``, one after another in the given order, each starting from the
     state :func:`fit_one` returns for the previous point (the first from ``keys[0]``'s
-    random start)."""
+    random start). Returns the fits and, with ``cfg.warm_start``, the state each point
+    started from (``None`` otherwise: the random start of its key)."""
     if cfg.warm_start:
 
         def chain(prev, args):
             key, lu, li = args
             out, carry = fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, prev)
-            return carry, out
+            return carry, (out, prev)
 
-        first, carry = fit_one(
-            problem, keys[0], l2_user[0], l2_item[0], epsilon, patience, tol, cfg
-        )
-        _, rest = lax.scan(chain, carry, (keys[1:], l2_user[1:], l2_item[1:]))
-        return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+        first = initial_state(keys[0], epsilon, cfg)
+        _, (out, starts) = lax.scan(chain, first, (keys, l2_user, l2_item))
+        return out, starts
 
     def one(args):
         key, lu, li = args
         return fit_one(problem, key, lu, li, epsilon, patience, tol, cfg)[0]
 
-    return lax.map(one, (keys, l2_user, l2_item), batch_size=cfg.batch_size)
+    return lax.map(one, (keys, l2_user, l2_item), batch_size=cfg.batch_size), None
+
+
+@functools.partial(jit, static_argnames=("cfg",))
+def replay(problem: Problem, key, l2_user, l2_item, epsilon, start, sweeps, *, cfg: Config):
+    """A chosen grid point's fit run again on ``problem`` (typically its training and
+    validation ratings together): the same random start (``key``) or warm ``start``, the
+    same penalties and the given ``sweeps`` (:func:`fit_one`) per phase, no early
+    stopping."""
+    zero = jnp.zeros((), jnp.result_type(float))
+    out, _ = fit_one(problem, key, l2_user, l2_item, epsilon, 0, zero, cfg, start, sweeps)
+    return out.state

@@ -103,8 +103,8 @@ def _warm_path(l2_user: np.ndarray, l2_item: np.ndarray) -> np.ndarray:
 
 
 def _ips_weights(propensity, train: Interactions, validation: Interactions):
-    """Inverse-propensity weights of the training ratings (mean 1) and of the validation
-    ratings (:meth:`CMTRF.fit`)."""
+    """Inverse-propensity weights ``1 / p`` of the training and of the validation ratings
+    (:meth:`CMTRF.fit`)."""
     p = np.asarray(propensity, np.float64)
     if p.shape != (train.n_users, train.n_items):
         raise ValueError(
@@ -122,8 +122,36 @@ def _ips_weights(propensity, train: Interactions, validation: Interactions):
                 f"user {int(data.user[k])}, item {int(data.item[k])}."
             )
         weights.append(1.0 / at)
-    train_w, val_w = weights
-    return train_w / train_w.mean(), val_w
+    return tuple(weights)
+
+
+def _concat(a: Interactions, b: Interactions) -> Interactions:
+    return Interactions(
+        *(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("user", "item", "rating")),
+        a.n_users,
+        a.n_items,
+    )
+
+
+def _training_problem(train: Interactions, weight, validation: core.Pairs) -> core.Problem:
+    """The training ratings sorted both ways (``weight``: inverse propensities, scaled here to
+    mean 1 so that the penalties keep their meaning; None: 1 each)."""
+    weight = None if weight is None else weight / weight.mean()
+    size = _shapes.padded_size(train.rating.size)
+    return core.Problem(
+        by_user=_pairs(train.user, train.item, train.rating, size, True, weight),
+        by_item=_pairs(train.item, train.user, train.rating, size, True, weight),
+        validation=validation,
+    )
+
+
+def _chosen_sweeps(pretrain_history, best_sweep, transform: str):
+    """Sweeps per phase of a chosen fit (:func:`core.replay`): ``clustered`` ran its per-user
+    phase up to its best validation sweep (the first minimum, as early stopping keeps)."""
+    second = np.int32(best_sweep + 1)
+    if transform != "clustered":
+        return second, np.int32(0)
+    return np.int32(np.nanargmin(pretrain_history) + 1), second
 
 
 @functools.partial(jit, static_argnames=("loss", "clip"))
@@ -257,12 +285,12 @@ class CMTRF:
         offset: add a global offset :math:`\mu` to :math:`\theta` (not penalised; refitted
             exactly after every sweep). ``offset=False, anchor=False`` is the authors' model.
         n_sweeps: most ALS sweeps (per phase for ``"clustered"``).
-        patience: stop after this many sweeps without progress.
+        patience: stop after this many sweeps without progress (default 5; 2 with
+            ``warm_start``, whose points start close to their optimum).
         tol: progress is a validation MSE more than ``tol`` (relative) below the one of the
             last progress (default 0: any decrease). The fit keeps the sweep of lowest
             validation MSE either way. ``tol=0.003`` ends the long tails of slowly
-            improving fits: 9 x 9 grids 1.3-2.2x faster at test MSEs within 0.001 of the
-            default's in the benchmark against the authors' code (``docs/benchmarks.md``).
+            improving fits (``docs/benchmarks.md``).
         n_seeds: random initialisations per penalty pair (part of the grid).
         n_levels: the rating scale ``L`` (default: the largest rating seen).
         validation_fraction: share of the training ratings held out (by ``key``) for early
@@ -276,6 +304,13 @@ class CMTRF:
             along each, so that consecutive points are neighbours), instead of each from its
             own random start: fewer sweeps per point. Needs ``n_seeds=1``; a grid point then
             no longer equals the single fit with its penalties.
+        refit: after the choice, train the chosen grid point again on the training and
+            validation ratings together: from the same start (its random draw, or with
+            ``warm_start`` the state it started from), with the same penalties, for the
+            number of sweeps chosen on validation (per phase for ``"clustered"``), without
+            early stopping. The model then learns from every rating given to ``fit``, as
+            the final fit after cross-validation does. ``validation_mse`` and
+            ``grid_validation_mse`` stay those of the choice.
         dense: solve the ALS half-steps on dense ``[n_users, n_items]`` rating matrices
             (matrix products) instead of per-rating scatters (same result). Default: dense
             on GPU / TPU when the padded matrix has at most 2^23 cells, per-rating on CPU
@@ -307,7 +342,7 @@ class CMTRF:
     biases: bool = False
     offset: bool = True
     n_sweeps: int = 50
-    patience: int = 5
+    patience: int | None = None
     tol: float = 0.0
     n_seeds: int = 1
     n_levels: int | None = None
@@ -316,6 +351,7 @@ class CMTRF:
     n_newton: int = 8
     grid_batch_size: int | None = None
     warm_start: bool = False
+    refit: bool = False
     dense: bool | None = None
 
     def __post_init__(self) -> None:
@@ -326,9 +362,11 @@ class CMTRF:
         _check_int(self.rank, "rank")
         _check_int(self.n_clusters, "n_clusters")
         _check_int(self.n_sweeps, "n_sweeps")
-        _check_int(self.patience, "patience")
-        if not isinstance(self.warm_start, bool):
-            raise ValueError(f"warm_start must be True or False; got {self.warm_start!r}.")
+        if self.patience is not None:
+            _check_int(self.patience, "patience")
+        for name in ("warm_start", "refit"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if self.warm_start and self.n_seeds != 1:
             raise ValueError("warm_start=True needs n_seeds=1 (seeds would start from each other).")
         if not (isinstance(self.tol, int | float) and 0 <= self.tol < 1):
@@ -433,18 +471,15 @@ class CMTRF:
         n_users = _shapes.padded_size(train.n_users)
         n_items = _shapes.padded_size(train.n_items)
         size = _shapes.padded_size(train.rating.size)
-        problem = core.Problem(
-            by_user=_pairs(train.user, train.item, train.rating, size, True, train_w),
-            by_item=_pairs(train.item, train.user, train.rating, size, True, train_w),
-            validation=_pairs(
-                validation.user,
-                validation.item,
-                validation.rating,
-                _shapes.padded_size(validation.rating.size),
-                sort=False,
-                weight=val_w,
-            ),
+        validation_pairs = _pairs(
+            validation.user,
+            validation.item,
+            validation.rating,
+            _shapes.padded_size(validation.rating.size),
+            sort=False,
+            weight=val_w,
         )
+        problem = _training_problem(train, train_w, validation_pairs)
         l2u = _positive_grid(self.l2_user, "l2_user")
         l2i = _positive_grid(self.l2_item, "l2_item")
         grid_u, grid_i, seeds = np.meshgrid(l2u, l2i, np.arange(self.n_seeds), indexing="ij")
@@ -488,22 +523,41 @@ class CMTRF:
         )
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
         order = _warm_path(l2u, l2i) if self.warm_start else np.arange(n_points)
-        out = core.fit_grid(
+        patience = self.patience
+        if patience is None:
+            patience = 2 if self.warm_start else 5
+        epsilon = np.asarray(self.epsilon, dtype)
+        out, starts = core.fit_grid(
             problem,
             keys[order],
             grid_u.reshape(-1)[order].astype(dtype),
             grid_i.reshape(-1)[order].astype(dtype),
-            np.asarray(self.epsilon, dtype),
-            np.asarray(self.patience, np.int32),
+            epsilon,
+            np.asarray(patience, np.int32),
             np.asarray(self.tol, dtype),
             cfg=cfg,
         )
         if self.warm_start:  # back to the grid's order
-            out = jax.tree.map(lambda a: np.asarray(a)[np.argsort(order)], out)
+            back = np.argsort(order)
+            out, starts = jax.tree.map(lambda a: np.asarray(a)[back], (out, starts))
         mse = np.asarray(out.best_mse)
         best = int(np.argmin(np.where(np.isnan(mse), np.inf, mse)))
         pick = lambda a: np.asarray(a)[best]  # noqa: E731
         state = jax.tree.map(pick, out.state)
+        if self.refit:
+            both = _concat(train, validation)
+            weight = None if propensity is None else np.concatenate([train_w, val_w])
+            state = core.replay(
+                _training_problem(both, weight, validation_pairs),
+                keys[best],
+                grid_u.reshape(-1)[best].astype(dtype),
+                grid_i.reshape(-1)[best].astype(dtype),
+                epsilon,
+                None if starts is None else jax.tree.map(pick, starts),
+                _chosen_sweeps(pick(out.pretrain_history), pick(out.best_sweep), self.transform),
+                cfg=dataclasses.replace(cfg, batch_size=None),
+            )
+            state = jax.tree.map(np.asarray, state)
         return CMTRFModel(
             user_factors=jnp.asarray(state.user_factors[: train.n_users]),
             item_factors=jnp.asarray(state.item_factors[: train.n_items]),

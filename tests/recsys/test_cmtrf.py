@@ -122,6 +122,8 @@ def test_save_load_round_trip(data, tmp_path):
         ({"l2_user": [1.0, -1.0]}, "l2_user must be finite and > 0"),
         ({"l2_item": []}, "l2_item must be a positive number or a non-empty"),
         ({"validation_fraction": 1.0}, "validation_fraction must lie in"),
+        ({"refit": 1}, "refit must be True or False"),
+        ({"patience": 0}, "patience must be an integer"),
     ],
 )
 def test_bad_hyperparameters_raise(kwargs, match):
@@ -416,7 +418,7 @@ def test_warm_start_chains_the_single_fits(data, transform):
 
     train, valid = data
     grid = (0.3, 3.0)
-    kw = {"transform": transform, "rank": 2, "n_sweeps": 8, "n_clusters": 2}
+    kw = {"transform": transform, "rank": 2, "n_sweeps": 8, "n_clusters": 2, "patience": 2}
     warm = CMTRF(l2_user=grid, l2_item=grid, warm_start=True, **kw).fit(
         train, key=jax.random.key(0), validation=valid
     )
@@ -437,3 +439,101 @@ def test_warm_start_chains_the_single_fits(data, transform):
 def test_warm_start_needs_one_seed():
     with pytest.raises(ValueError, match="n_seeds=1"):
         CMTRF(warm_start=True, n_seeds=2)
+
+
+def _numpy_als(data, v, l2_user, l2_item, n_sweeps):
+    """Ridge ALS without offset or biases (numpy): every user's solve from the same item
+    factors, then every item's from the new users."""
+    u = np.zeros((data.n_users, v.shape[1]))
+    for _ in range(n_sweeps):
+        for rows, other, out, l2, ids, oth in (
+            (data.n_users, v, u, l2_user, data.user, data.item),
+            (data.n_items, u, v, l2_item, data.item, data.user),
+        ):
+            for n in range(rows):
+                f = other[oth[ids == n]]
+                a = f.T @ f + l2 * np.eye(f.shape[1])
+                out[n] = np.linalg.solve(a, f.T @ data.rating[ids == n])
+    return u, v
+
+
+@pytest.mark.parametrize("transform", ["none", "clustered"])
+def test_replay_runs_the_given_sweeps_from_the_same_start(data, transform):
+    """core.replay: transform="none" equals numpy ridge ALS from core.initial_state's start
+    for the given number of sweeps; "clustered" equals the early-stopped fit_one when told
+    the sweeps that fit chose (its best state)."""
+    from jaxcal.recsys import _cmtrf_core as core
+    from jaxcal.recsys.cmtrf import _chosen_sweeps, _pairs, _training_problem
+
+    train, valid = data
+    cfg = core.Config(
+        n_users=train.n_users, n_items=train.n_items, n_levels=5, rank=2,
+        transform=transform, offset=False, n_clusters=2, n_sweeps=12,
+    )  # fmt: skip
+    key = jax.random.key_data(jax.random.key(3))
+    problem = _training_problem(
+        train, None, _pairs(valid.user, valid.item, valid.rating, valid.rating.size, False)
+    )
+    eps = jnp.asarray(0.5)
+    if transform == "none":
+        state = core.replay(problem, key, 0.4, 2.0, eps, None, (np.int32(3), np.int32(0)), cfg=cfg)
+        v0 = np.asarray(core.initial_state(key, eps, cfg).item_factors)
+        u, v = _numpy_als(train, v0.copy(), 0.4, 2.0, 3)
+        np.testing.assert_allclose(state.user_factors, u, atol=1e-10)
+        np.testing.assert_allclose(state.item_factors, v, atol=1e-10)
+        return
+    out, _ = core.fit_one(problem, key, 0.4, 2.0, eps, 2, jnp.asarray(0.0), cfg)
+    sweeps = _chosen_sweeps(out.pretrain_history, out.best_sweep, transform)
+    state = core.replay(problem, key, 0.4, 2.0, eps, None, sweeps, cfg=cfg)
+    for a, b in zip(state, out.state, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+
+
+def _concat(a, b):
+    cat = (np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("user", "item", "rating"))
+    return Interactions(*cat, a.n_users, a.n_items)
+
+
+def _item_gradient(model, data, weight=None):
+    x, y = np.asarray(model.user_factors), np.asarray(model.item_factors)
+    w = np.ones(data.rating.size) if weight is None else weight
+    theta = np.sum(x[data.user] * y[data.item], axis=1) + float(model.offset)
+    g = float(model.l2_item) * y
+    np.add.at(g, data.item, (w * (theta - data.rating))[:, None] * x[data.user])
+    return np.max(np.abs(g))
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+@pytest.mark.parametrize("ips", [False, True])
+def test_refit_learns_from_training_and_validation_ratings(data, warm_start, ips):
+    """KKT oracle (numpy): after refit=True the item factors zero the gradient of the loss over
+    train + validation (inverse-propensity weighted, scaled to mean 1, with ``propensity``),
+    not over train alone; the choice (penalties, validation MSEs) is the one without refit."""
+    train, valid = data
+    both = _concat(train, valid)
+    p = _propensity(train) if ips else None
+    kw = {"transform": "none", "rank": 2, "l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0)}
+    kw |= {"n_sweeps": 10, "warm_start": warm_start}
+    fit = lambda refit: CMTRF(refit=refit, **kw).fit(  # noqa: E731
+        train, key=jax.random.key(0), validation=valid, propensity=p
+    )
+    plain, refitted = fit(False), fit(True)
+    w = None
+    if ips:
+        w = 1.0 / p[both.user, both.item]
+        w = w / w.mean()
+    assert _item_gradient(refitted, both, w) < 1e-8
+    assert _item_gradient(refitted, train) > 1e-3
+    assert _item_gradient(plain, both, w) > 1e-3
+    for f in ("l2_user", "l2_item", "best_sweep", "grid_validation_mse", "validation_mse"):
+        np.testing.assert_array_equal(getattr(plain, f), getattr(refitted, f))
+
+
+def test_refit_clustered_keeps_the_clusters_shape(data):
+    train, valid = data
+    kw = {"transform": "clustered", "rank": 2, "n_clusters": 3, "n_sweeps": 6}
+    plain = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
+    refitted = CMTRF(refit=True, **kw).fit(train, key=jax.random.key(0), validation=valid)
+    assert refitted.transforms.shape == plain.transforms.shape == (3, 5)
+    assert np.all(np.diff(np.asarray(refitted.transforms), axis=1) >= 0.5 - 1e-9)
+    assert not np.allclose(refitted.user_factors, plain.user_factors)
