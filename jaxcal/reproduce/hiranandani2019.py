@@ -3,22 +3,24 @@ rating factorisation (CMTRF), the poster's Table 2 and the learned transforms.
 
 Protocol. Each data set is split into train / validation / test ratings: the simulated sets
 (``sd1``, ``sd2``: :func:`jaxcal.data.simulate_ratings`, our own designs, since the poster
-does not publish its generator) and MovieLens-100K (``ml100k``, chronological as in the
-poster) by :func:`jaxcal.data.split_ratings`; Coat (``coat``) keeps its own test set (ratings
-of randomly chosen items) and takes the validation ratings from its training ratings. Every
-model is trained on the training ratings over the same ``(l2_user, l2_item)`` grid; the grid
-point and the number of ALS sweeps are chosen on the validation ratings, never on the test
-ratings (the authors' code chooses both on the test loss). The models are the poster's:
-ridge MF (with and without biases), monotone matrix completion (MMC), and CMTRF with one
-transform for all users (1-C), one per user (N-C) and one per cluster of users (K-C), all with
-squared loss and anchored transforms; N-C also in the authors' unanchored formulation
-(``N-C (unanchored)``, whose transforms collapse to the margin); on request (``--models``) K-C
-with the generalised I-divergence (``K-C I-div``). On Coat, whose training ratings are
-self-selected and come with the authors' observation propensities, every CMTRF model is also
-fitted with inverse propensity scoring (``CMTRF.fit(..., propensity=)``, rows ``(IPS)``:
-training losses and the validation MSE weighted by ``1 / p``). Reported: test MSE
-(the poster's metric), MAE and the mean per-user Kendall tau-b, with the poster's published
-MSEs beside ours for the synthetic sets.
+does not publish its generator) and MovieLens-100K (``ml100k``: all 943 users, split
+uniformly at random, the poster's "ML100k_u"; a chronological split of all users leaves 88%
+of the test ratings to users without training ratings, and the poster's chronological set
+keeps 751 users by a rule it does not give) by :func:`jaxcal.data.split_ratings`; Coat
+(``coat``) keeps its own test set (ratings of randomly chosen items) and takes the
+validation ratings from its training ratings. Every model is trained on the training ratings
+over the same ``(l2_user, l2_item)`` grid; the grid point and the number of ALS sweeps are
+chosen on the validation ratings, never on the test ratings (the authors' code chooses both
+on the test loss). The models are the poster's: ridge MF (with and without biases), monotone
+matrix completion (MMC), and CMTRF with one transform for all users (1-C), one per user
+(N-C) and one per cluster of users (K-C), all with squared loss and anchored transforms; N-C
+also in the authors' unanchored formulation (``N-C (unanchored)``, whose transforms collapse
+to the margin); on request (``--models``) K-C with the generalised I-divergence (``K-C
+I-div``). On Coat, whose training ratings are self-selected and come with the authors'
+observation propensities, every CMTRF model is also fitted with inverse propensity scoring
+(``CMTRF.fit(..., propensity=)``, rows ``(IPS)``: training losses and the validation MSE
+weighted by ``1 / p``). Reported: test MSE (the poster's metric), MAE and the mean per-user
+Kendall tau-b, with the poster's published MSEs beside ours for the synthetic sets.
 
 Run with ``jaxcal reproduce hiranandani2019 --dataset sd2 --out results/hiranandani2019``.
 Writes ``<dataset>/table.md`` (+ ``.csv``), ``<dataset>/results.json`` and
@@ -130,9 +132,7 @@ def load_split(
         return Split(train, validation, test, None, None, np.asarray(coat.propensities))
     if name == "ml100k":
         ml = load_movielens(None if data_dir is None else data_dir / "ml-100k")
-        train, validation, test = split_ratings(
-            ml.ratings, validation=0.1, test=0.2, seed=seed, timestamp=ml.timestamp
-        )
+        train, validation, test = split_ratings(ml.ratings, validation=0.1, test=0.2, seed=seed)
         return Split(train, validation, test, None, None)
     raise ValueError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}.")
 
