@@ -133,3 +133,31 @@ def test_coat_adds_inverse_propensity_rows(data_dir):
         want = np.mean((pred - test.rating) ** 2)
         assert study["rows"][name]["mse"] == pytest.approx(want, rel=1e-6)
     assert np.max(np.abs(study["predictions"]["MF"] - study["predictions"]["MF (IPS)"])) > 1e-3
+
+
+def test_ml100k_split_is_uniform_over_every_user(tmp_path):
+    """ml100k (a u.data written here, timestamps growing with the user id): a 70 / 10 / 20
+    partition of every rating drawn at random, so the test set holds ratings of most users
+    (a chronological split would give it only the last users)."""
+    rng = np.random.default_rng(0)
+    n_users, n_items, per_user = 60, 40, 20
+    user = np.repeat(np.arange(1, n_users + 1), per_user)
+    item = np.concatenate(
+        [rng.choice(n_items, per_user, replace=False) + 1 for _ in user[::per_user]]
+    )
+    lines = [
+        f"{u}\t{i}\t{rng.integers(1, 6)}\t{1000 * u + k}"
+        for k, (u, i) in enumerate(zip(user, item, strict=True))
+    ]
+    (tmp_path / "ml-100k").mkdir()
+    (tmp_path / "ml-100k" / "u.data").write_text("\n".join(lines) + "\n")
+    split = h.load_split("ml100k", data_dir=tmp_path)
+    sizes = [s.rating.size for s in (split.train, split.validation, split.test)]
+    assert sizes == [840, 120, 240]
+    pairs = {
+        (int(u), int(i))
+        for s in (split.train, split.validation, split.test)
+        for u, i in zip(s.user, s.item, strict=True)
+    }
+    assert len(pairs) == user.size
+    assert np.unique(split.test.user).size > 0.8 * n_users
