@@ -236,42 +236,14 @@ def run_reference(
 # data sets
 
 
-class Split(NamedTuple):
-    train: object  # jaxcal.data.Interactions: what jaxcal trains on
-    validation: object  # jaxcal's validation ratings (the C++ trains on them too)
-    test: object
-
-
-def _concat(a, b):
-    from jaxcal.data import Interactions
-
-    return Interactions(
-        *(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("user", "item", "rating")),
-        a.n_users,
-        a.n_items,
-    )
-
-
-def load_split(name: str, *, seed: int, data_dir: str | None) -> Split:
-    """``coat``: Coat's own train / test, 10% of train held out for validation; ``sd1`` /
+def load_split(name: str, *, seed: int, data_dir: str | None):
+    """The reproduction's split (:func:`jaxcal.reproduce.hiranandani2019.load_split`):
+    ``coat``: Coat's own train / test, 10% of train held out for validation; ``sd1`` /
     ``sd2`` / ``ml100k``: a random 70 / 10 / 20 split."""
-    from jaxcal.data import Interactions, load_coat, load_movielens, simulate_ratings, split_ratings
+    from jaxcal.reproduce import hiranandani2019
 
-    if name == "coat":
-        coat = load_coat(None if data_dir is None else Path(data_dir) / "coat")
-        train, validation, _ = split_ratings(
-            Interactions.from_dense(coat.train), validation=0.1, test=0.0, seed=seed
-        )
-        return Split(train, validation, Interactions.from_dense(coat.test))
-    if name in ("sd1", "sd2"):
-        from jaxcal.reproduce.hiranandani2019 import SIMULATION  # the reproduction's sets
-
-        ratings = simulate_ratings(name, **SIMULATION, seed=seed).ratings
-    elif name == "ml100k":
-        ratings = load_movielens(None if data_dir is None else Path(data_dir) / "ml-100k").ratings
-    else:
-        raise ValueError(f"unknown data set {name!r}; use coat, sd1, sd2 or ml100k.")
-    return Split(*split_ratings(ratings, validation=0.1, test=0.2, seed=seed))
+    folder = None if data_dir is None else Path(data_dir)
+    return hiranandani2019.load_split(name, seed=seed, data_dir=folder)
 
 
 # ---------------------------------------------------------------------------------------
@@ -286,7 +258,7 @@ class JaxcalResult(NamedTuple):
     l2_item: float
 
 
-def run_jaxcal(model, split: Split, *, seed: int) -> JaxcalResult:
+def run_jaxcal(model, split, *, seed: int) -> JaxcalResult:
     """Fit twice (first call, then warm), blocked until ready; test MSE of the fit."""
     import jax
 
@@ -304,14 +276,14 @@ def run_jaxcal(model, split: Split, *, seed: int) -> JaxcalResult:
     return JaxcalResult(mse, times[0], times[1], *l2)
 
 
-def test_selected(model, split: Split, *, seed: int) -> float:
+def test_selected(model, split, *, seed: int) -> float:
     """The C++'s protocol with jaxcal's model: trained on train + validation, penalties and
     stopping sweep chosen on the test ratings; the lowest test MSE over the grid and the
     sweeps."""
     import jax
 
     model = dataclasses.replace(model, refit=False)
-    train = _concat(split.train, split.validation)
+    train = split.train.concat(split.validation)
     fitted = model.fit(train, key=jax.random.key(seed), validation=split.test)
     return float(np.nanmin(np.asarray(fitted.grid_validation_mse)))
 
@@ -400,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
         data_env = None
         if use_reference:
             data_env = write_reference_input(
-                Path(tmp), _concat(split.train, split.validation), split.test
+                Path(tmp), split.train.concat(split.validation), split.test
             )
         for variant in variants:
             program, transform = VARIANTS[variant]

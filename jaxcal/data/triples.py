@@ -126,6 +126,26 @@ class Interactions(NamedTuple):
         m = np.asarray(mask, dtype=bool)
         return Interactions(self.user[m], self.item[m], self.rating[m], self.n_users, self.n_items)
 
+    def concat(self, other: Interactions) -> Interactions:
+        """These triples followed by ``other``'s (a matrix of the same size; the two are
+        assumed to hold different pairs, as the parts of a split do).
+
+        Raises:
+            ValueError: ``other`` is not Interactions or its matrix has another size.
+        """
+        if not isinstance(other, Interactions):
+            raise ValueError(f"other must be Interactions; got {type(other).__name__}.")
+        if (other.n_users, other.n_items) != (self.n_users, self.n_items):
+            raise ValueError(
+                f"cannot concatenate a {other.n_users} x {other.n_items} matrix's triples to a "
+                f"{self.n_users} x {self.n_items} one's."
+            )
+        cat = (
+            np.concatenate([getattr(self, f), getattr(other, f)])
+            for f in ("user", "item", "rating")
+        )
+        return Interactions(*cat, self.n_users, self.n_items)
+
 
 def as_matrix(x: ArrayLike | Interactions, name: str) -> np.ndarray:
     """A user-item matrix given as :class:`Interactions` (made dense) or as a non-empty,

@@ -125,14 +125,6 @@ def _ips_weights(propensity, train: Interactions, validation: Interactions):
     return tuple(weights)
 
 
-def _concat(a: Interactions, b: Interactions) -> Interactions:
-    return Interactions(
-        *(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("user", "item", "rating")),
-        a.n_users,
-        a.n_items,
-    )
-
-
 def _training_problem(train: Interactions, weight, validation: core.Pairs) -> core.Problem:
     """The training ratings sorted both ways (``weight``: inverse propensities, scaled here to
     mean 1 so that the penalties keep their meaning; None: 1 each)."""
@@ -545,7 +537,7 @@ class CMTRF:
         pick = lambda a: np.asarray(a)[best]  # noqa: E731
         state = jax.tree.map(pick, out.state)
         if self.refit:
-            both = _concat(train, validation)
+            both = train.concat(validation)
             weight = None if propensity is None else np.concatenate([train_w, val_w])
             state = core.replay(
                 _training_problem(both, weight, validation_pairs),

@@ -85,3 +85,18 @@ def test_select_and_empty():
     np.testing.assert_array_equal(y.to_dense(), [[0, 0, 5], [0, 4, 0], [0, 0, 0]])
     empty = Interactions.from_dense(np.zeros((2, 3), int))
     assert empty.size == 0 and empty.to_dense().shape == (2, 3)
+
+
+def test_concat_of_a_partition_rebuilds_the_matrix():
+    rng = np.random.default_rng(0)
+    dense = np.where(rng.random((6, 7)) < 0.6, rng.integers(1, 6, (6, 7)), 0)
+    x = Interactions.from_dense(dense)
+    keep = rng.random(x.size) < 0.5
+    y = x.select(keep).concat(x.select(~keep))
+    assert y.size == x.size and (y.n_users, y.n_items) == (6, 7)
+    np.testing.assert_array_equal(y.to_dense(), dense)
+    np.testing.assert_array_equal(y.rating[: keep.sum()], x.rating[keep])  # order: self first
+    with pytest.raises(ValueError, match="cannot concatenate a 6 x 8"):
+        x.concat(Interactions.from_dense(np.ones((6, 8), int)))
+    with pytest.raises(ValueError, match="must be Interactions"):
+        x.concat(dense)

@@ -489,11 +489,6 @@ def test_replay_runs_the_given_sweeps_from_the_same_start(data, transform):
         np.testing.assert_allclose(a, b, atol=1e-10)
 
 
-def _concat(a, b):
-    cat = (np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("user", "item", "rating"))
-    return Interactions(*cat, a.n_users, a.n_items)
-
-
 def _item_gradient(model, data, weight=None):
     x, y = np.asarray(model.user_factors), np.asarray(model.item_factors)
     w = np.ones(data.rating.size) if weight is None else weight
@@ -510,7 +505,7 @@ def test_refit_learns_from_training_and_validation_ratings(data, warm_start, ips
     train + validation (inverse-propensity weighted, scaled to mean 1, with ``propensity``),
     not over train alone; the choice (penalties, validation MSEs) is the one without refit."""
     train, valid = data
-    both = _concat(train, valid)
+    both = train.concat(valid)
     p = _propensity(train) if ips else None
     kw = {"transform": "none", "rank": 2, "l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0)}
     kw |= {"n_sweeps": 10, "warm_start": warm_start}
