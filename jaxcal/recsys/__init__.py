@@ -26,6 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "propagate": "jaxcal.recsys.lightgcn",
         "CMTRF": "jaxcal.recsys.cmtrf",
         "CMTRFModel": "jaxcal.recsys.cmtrf",
+        "CMTRFEnsemble": "jaxcal.recsys.cmtrf",
         "MMC": "jaxcal.recsys.mmc",
         "MMCModel": "jaxcal.recsys.mmc",
     },

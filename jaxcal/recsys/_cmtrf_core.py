@@ -89,7 +89,7 @@ class Config:
     n_newton: int = 8
     kmeans_iters: int = 100
     init_scale: float = 0.1
-    batch_size: int | None = None
+    batch_size: int | None = None  # grid points per vmap chunk (None: one after another)
     dense: bool = False  # half-steps on dense [n_users, n_items] masks (small matrices)
     native: bool = False  # ridge systems and pair scores by the compiled CPU kernels (_native)
     offset: bool = True  # a global offset mu in theta (unpenalised, refitted every sweep)
@@ -804,11 +804,11 @@ def fit_one(
 @functools.partial(jit, static_argnames=("cfg",))
 def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *, cfg: Config):
     """:func:`fit_one` for every grid point (``keys`` ``[P, 2]`` raw key data, ``l2_user``,
-    ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points; with
-    ``cfg.warm_start``, one after another in the given order, each starting from the
-    state :func:`fit_one` returns for the previous point (the first from ``keys[0]``'s
-    random start). Returns the fits and, with ``cfg.warm_start``, the state each point
-    started from (``None`` otherwise: the random start of its key)."""
+    ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points (``None``:
+    one point after another); with ``cfg.warm_start``, one after another in the given
+    order, each starting from the state :func:`fit_one` returns for the previous point (the
+    first from ``keys[0]``'s random start). Returns the fits and, with ``cfg.warm_start``,
+    the state each point started from (``None`` otherwise: the random start of its key)."""
     if cfg.warm_start:
 
         def chain(prev, args):
@@ -836,3 +836,20 @@ def replay(problem: Problem, key, l2_user, l2_item, epsilon, start, sweeps, *, c
     zero = jnp.zeros((), jnp.result_type(float))
     out, _ = fit_one(problem, key, l2_user, l2_item, epsilon, 0, zero, cfg, start, sweeps)
     return out.state
+
+
+@functools.partial(jit, static_argnames=("cfg",))
+def replay_starts(problem: Problem, keys, l2_user, l2_item, epsilon, sweeps, *, cfg: Config):
+    """:func:`replay` from several random starts (``keys`` ``[S, 2]`` raw key data, ``sweeps``
+    a pair of ``[S]`` sweep counts) at the same penalties, in chunks of ``cfg.batch_size``
+    (as :func:`fit_grid`); returns the states stacked along a leading ``[S]`` axis."""
+
+    def one(args):
+        key, first, second = args
+        zero = jnp.zeros((), jnp.result_type(float))
+        out, _ = fit_one(
+            problem, key, l2_user, l2_item, epsilon, 0, zero, cfg, None, (first, second)
+        )
+        return out.state
+
+    return lax.map(one, (keys, *sweeps), batch_size=cfg.batch_size)

@@ -25,7 +25,7 @@ from jaxcal.recsys import _cmtrf_core as core
 from jaxcal.recsys._fitted import FactorSizes
 from jaxcal.recsys._train import _check_int, check_host_ids, check_indices
 
-__all__ = ["CMTRF", "CMTRFModel"]
+__all__ = ["CMTRF", "CMTRFEnsemble", "CMTRFModel"]
 
 _TRANSFORMS = ("none", "global", "per_user", "clustered")
 _LOSSES = ("squared", "poisson")
@@ -158,8 +158,45 @@ def _scores(state: core.State, users, items):
     return core.scores(state, users, items)
 
 
+@functools.partial(jit, static_argnames=("loss", "clip"))
+def _predict_mean(states: core.State, users, items, *, loss: str, clip: bool):
+    """The mean of the predicted ratings of states stacked along a leading axis."""
+    pred = jax.vmap(lambda s: core.predict_ratings(s, users, items, loss=loss))(states)
+    pred = jnp.mean(pred, axis=0)
+    n_levels = states.transforms.shape[-1]
+    return jnp.clip(pred, 1.0, n_levels) if clip else pred
+
+
+def _mean_validation_mse(states: list[core.State], validation: core.Pairs, loss: str) -> float:
+    """Validation MSE of the mean of the states' predicted ratings (weighted as
+    :func:`core.validation_mse`)."""
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *states)
+    pred = np.asarray(_predict_mean(stacked, validation.row, validation.col, loss=loss, clip=False))
+    w = np.asarray(validation.weight)
+    err = np.where(w > 0, (pred - (np.asarray(validation.level) + 1.0)) ** 2, 0.0)
+    return float(np.sum(w * err) / max(np.sum(w), 1.0))
+
+
+class _PairCalls(FactorSizes):
+    """``fn(self._state(), users, items)`` on checked ids: host ids padded to a size
+    bucket (no recompilation for a new number of pairs) and unpadded to the broadcast
+    shape; traced ids as they are."""
+
+    def _call(self, fn, users, items, **kwargs) -> jax.Array:
+        if _shapes.is_traced(users, items):
+            u, i = check_indices(users, items, self.n_users, self.n_items)
+            return fn(self._state(), u, i, **kwargs)
+        u, i = check_host_ids(users, items, self.n_users, self.n_items)
+        shape = np.broadcast_shapes(np.shape(u), np.shape(i))
+        u, i = (np.broadcast_to(np.asarray(a), shape).reshape(-1) for a in (u, i))
+        n = u.size
+        size = _shapes.padded_size(max(n, 1))
+        u, i = (_shapes.pad_axis(a.astype(np.int32), size, 0) for a in (u, i))
+        return _shapes.unpad(fn(self._state(), u, i, **kwargs), n, shape)
+
+
 @pytree_dataclass
-class CMTRFModel(FactorSizes):
+class CMTRFModel(_PairCalls):
     r"""A fitted CMTRF model (immutable pytree; ``jaxcal.save`` / ``jaxcal.load``).
 
     Attributes:
@@ -217,18 +254,6 @@ class CMTRFModel(FactorSizes):
             self.offset,
         )
 
-    def _call(self, fn, users, items, **kwargs) -> jax.Array:
-        if _shapes.is_traced(users, items):
-            u, i = check_indices(users, items, self.n_users, self.n_items)
-            return fn(self._state(), u, i, **kwargs)
-        u, i = check_host_ids(users, items, self.n_users, self.n_items)
-        shape = np.broadcast_shapes(np.shape(u), np.shape(i))
-        u, i = (np.broadcast_to(np.asarray(a), shape).reshape(-1) for a in (u, i))
-        n = u.size
-        size = _shapes.padded_size(max(n, 1))
-        u, i = (_shapes.pad_axis(a.astype(np.int32), size, 0) for a in (u, i))
-        return _shapes.unpad(fn(self._state(), u, i, **kwargs), n, shape)
-
     def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
         r"""Natural parameters :math:`\theta_{ui} = \langle x_u, y_i \rangle + b_u + c_i + \mu`
         (monotone in the predicted rating: usable for ranking)."""
@@ -240,6 +265,72 @@ class CMTRFModel(FactorSizes):
         ends). Not clipped to ``[1, L]`` unless ``clip=True`` (the reference code does not
         clip)."""
         return self._call(_predict, users, items, loss=self.loss, clip=bool(clip))
+
+
+@pytree_dataclass
+class CMTRFEnsemble(_PairCalls):
+    r"""The mean of several CMTRF fits of the same penalties from different random starts
+    (``CMTRF(ensemble=S)``; immutable pytree, ``jaxcal.save`` / ``jaxcal.load``).
+
+    Attributes:
+        members: a :class:`CMTRFModel` whose arrays carry a leading ``[S]`` member axis
+            (member 0 is the chosen grid point's fit); :meth:`member` gives one of them.
+        mean_validation_mse: validation MSE of the members' mean prediction, before any
+            refit (weighted as the validation MSE of the fit).
+    """
+
+    members: CMTRFModel
+    mean_validation_mse: jax.Array
+
+    @property
+    def user_factors(self) -> jax.Array:
+        """``[S, n_users, rank]``."""
+        return self.members.user_factors
+
+    @property
+    def item_factors(self) -> jax.Array:
+        """``[S, n_items, rank]``."""
+        return self.members.item_factors
+
+    @property
+    def transforms(self) -> jax.Array:
+        """``[S, G, L]`` each member's transforms."""
+        return self.members.transforms
+
+    @property
+    def n_members(self) -> int:
+        return self.members.user_factors.shape[0]
+
+    @property
+    def n_levels(self) -> int:
+        return self.members.n_levels
+
+    @property
+    def l2_user(self) -> jax.Array:
+        return self.members.l2_user[0]
+
+    @property
+    def l2_item(self) -> jax.Array:
+        return self.members.l2_item[0]
+
+    def member(self, k: int) -> CMTRFModel:
+        """Member ``k`` as a fitted :class:`CMTRFModel`."""
+        if not (isinstance(k, int | np.integer) and 0 <= k < self.n_members):
+            raise ValueError(f"member index must lie in [0, {self.n_members}); got {k!r}.")
+        return jax.tree.map(lambda a: a[k], self.members)
+
+    def _state(self) -> core.State:
+        return self.members._state()
+
+    def predict(self, users: ArrayLike, items: ArrayLike, *, clip: bool = False) -> jax.Array:
+        """The mean of the members' predicted ratings (:meth:`CMTRFModel.predict`), clipped
+        to ``[1, L]`` only with ``clip=True``."""
+        return self._call(_predict_mean, users, items, loss=self.members.loss, clip=bool(clip))
+
+    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        """Ranking scores: the mean predicted rating (the members' natural parameters live on
+        different scales, so they are not averaged)."""
+        return self.predict(users, items)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +369,8 @@ class CMTRF:
             exactly after every sweep). ``offset=False, anchor=False`` is the authors' model.
         n_sweeps: most ALS sweeps (per phase for ``"clustered"``).
         patience: stop after this many sweeps without progress (default 5; 2 with
-            ``warm_start``, whose points start close to their optimum).
+            ``warm_start``, whose points start close to their optimum, and then for the
+            ``ensemble``'s further members too).
         tol: progress is a validation MSE more than ``tol`` (relative) below the one of the
             last progress (default 0: any decrease). The fit keeps the sweep of lowest
             validation MSE either way. ``tol=0.003`` ends the long tails of slowly
@@ -289,8 +381,10 @@ class CMTRF:
             stopping and the grid choice when ``fit`` gets no ``validation``.
         init_scale: standard deviation of the initial item factors.
         n_newton: Newton steps per half-step (``loss="poisson"``).
-        grid_batch_size: grid points per ``vmap`` chunk (default: as many as fit in about
-            1 GiB of work arrays).
+        grid_batch_size: grid points per ``vmap`` chunk. Default: on a CPU one point after
+            another (a ``vmap``-ped chunk runs every point for as many sweeps as its
+            slowest point needs; ``docs/cmtrf.md``); on a GPU / TPU as many points as fit
+            in about 1 GiB of work arrays.
         warm_start: train the grid points one after another, each from the factors of the
             previous point (``l2_user`` from the largest down, ``l2_item`` back and forth
             along each, so that consecutive points are neighbours), instead of each from its
@@ -303,6 +397,14 @@ class CMTRF:
             early stopping. The model then learns from every rating given to ``fit``, as
             the final fit after cross-validation does. ``validation_mse`` and
             ``grid_validation_mse`` stay those of the choice.
+        ensemble: number of fits averaged (default 1: no ensemble). With ``ensemble=S``
+            the chosen penalties are also trained from ``S - 1`` further random starts
+            (the seeds after the grid's, early-stopped on validation as the grid's points;
+            each refitted with ``refit``), and ``fit`` returns a
+            :class:`CMTRFEnsemble` predicting the mean of the ``S`` members' predicted
+            ratings. The members of a low-rank fit from different starts land on different
+            local optima; their mean has a lower error than a typical member (by
+            convexity never a higher one than their average error).
         dense: solve the ALS half-steps on dense ``[n_users, n_items]`` rating matrices
             (matrix products) instead of per-rating scatters (same result). Default: dense
             on GPU / TPU when the padded matrix has at most 2^23 cells, per-rating on CPU
@@ -344,6 +446,7 @@ class CMTRF:
     grid_batch_size: int | None = None
     warm_start: bool = False
     refit: bool = False
+    ensemble: int = 1
     dense: bool | None = None
 
     def __post_init__(self) -> None:
@@ -364,6 +467,7 @@ class CMTRF:
         if not (isinstance(self.tol, int | float) and 0 <= self.tol < 1):
             raise ValueError(f"tol must be a number in [0, 1); got {self.tol!r}.")
         _check_int(self.n_seeds, "n_seeds")
+        _check_int(self.ensemble, "ensemble")
         _check_int(self.n_newton, "n_newton")
         if self.grid_batch_size is not None:
             _check_int(self.grid_batch_size, "grid_batch_size")
@@ -414,7 +518,7 @@ class CMTRF:
         key: jax.Array,
         validation: Interactions | None = None,
         propensity: ArrayLike | None = None,
-    ) -> CMTRFModel:
+    ) -> CMTRFModel | CMTRFEnsemble:
         r"""Fit on ``train`` (explicit ratings ``1..L``), early-stopped and grid-chosen on
         ``validation`` ratings; when ``validation`` is None a random
         ``validation_fraction`` of ``train`` (drawn with ``key``) is held out for that and
@@ -492,8 +596,10 @@ class CMTRF:
             per_point = cells * 8 * (4 + (len(core._LINE_SEARCH) if self.loss == "poisson" else 0))
         else:  # per-pair outer products
             per_point = size * (k * k + 2 * k + 8) * 8 * 3
-        batch = self.grid_batch_size or max(1, _GRID_MEMORY // per_point)
         n_points = grid_u.size
+        batch = self.grid_batch_size
+        if batch is None and jax.default_backend() != "cpu":
+            batch = max(1, _GRID_MEMORY // per_point)
         cfg = core.Config(
             n_users=n_users,
             n_items=n_items,
@@ -508,7 +614,7 @@ class CMTRF:
             n_sweeps=self.n_sweeps,
             n_newton=self.n_newton,
             init_scale=float(self.init_scale),
-            batch_size=None if batch >= n_points else int(batch),
+            batch_size=None if batch is None else min(int(batch), n_points),
             dense=dense,
             native=native,
             warm_start=self.warm_start,
@@ -535,21 +641,92 @@ class CMTRF:
         mse = np.asarray(out.best_mse)
         best = int(np.argmin(np.where(np.isnan(mse), np.inf, mse)))
         pick = lambda a: np.asarray(a)[best]  # noqa: E731
-        state = jax.tree.map(pick, out.state)
-        if self.refit:
-            both = train.concat(validation)
-            weight = None if propensity is None else np.concatenate([train_w, val_w])
+        chosen = jax.tree.map(pick, out)
+        lu = grid_u.reshape(-1)[best].astype(dtype)
+        li = grid_i.reshape(-1)[best].astype(dtype)
+        state, both = chosen.state, None
+        if self.refit:  # the training and validation ratings together
+            both = _training_problem(
+                train.concat(validation),
+                None if propensity is None else np.concatenate([train_w, val_w]),
+                validation_pairs,
+            )
             state = core.replay(
-                _training_problem(both, weight, validation_pairs),
+                both,
                 keys[best],
-                grid_u.reshape(-1)[best].astype(dtype),
-                grid_i.reshape(-1)[best].astype(dtype),
+                lu,
+                li,
                 epsilon,
                 None if starts is None else jax.tree.map(pick, starts),
-                _chosen_sweeps(pick(out.pretrain_history), pick(out.best_sweep), self.transform),
+                _chosen_sweeps(chosen.pretrain_history, chosen.best_sweep, self.transform),
                 cfg=dataclasses.replace(cfg, batch_size=None),
             )
             state = jax.tree.map(np.asarray, state)
+        settings = {
+            "grid_validation_mse": jnp.asarray(mse.reshape(grid_u.shape)),
+            "l2_user_grid": jnp.asarray(l2u, dtype),
+            "l2_item_grid": jnp.asarray(l2i, dtype),
+            "l2_user": jnp.asarray(lu, dtype),
+            "l2_item": jnp.asarray(li, dtype),
+        }
+        model = self._model(state, chosen, train, settings)
+        if self.ensemble == 1:
+            return model
+        # the further members: the seeds after the grid's, from random starts
+        n_more = self.ensemble - 1
+        more_keys = np.stack(
+            [
+                np.asarray(jax.random.key_data(jax.random.fold_in(k_grid, self.n_seeds + m)))
+                for m in range(n_more)
+            ]
+        )
+        more_cfg = dataclasses.replace(
+            cfg, warm_start=False, batch_size=None if batch is None else min(int(batch), n_more)
+        )
+        more, _ = core.fit_grid(
+            problem,
+            more_keys,
+            np.full(n_more, lu),
+            np.full(n_more, li),
+            epsilon,
+            np.asarray(patience, np.int32),
+            np.asarray(self.tol, dtype),
+            cfg=more_cfg,
+        )
+        more = jax.tree.map(np.asarray, more)
+        fitted = [chosen.state] + [
+            jax.tree.map(lambda a, m=m: a[m], more.state) for m in range(n_more)
+        ]
+        mean_mse = _mean_validation_mse(fitted, validation_pairs, self.loss)
+        states = fitted[1:]
+        if self.refit:
+            sweeps = [
+                _chosen_sweeps(more.pretrain_history[m], more.best_sweep[m], self.transform)
+                for m in range(n_more)
+            ]
+            stacked = core.replay_starts(
+                both,
+                more_keys,
+                lu,
+                li,
+                epsilon,
+                tuple(np.stack(a) for a in zip(*sweeps, strict=True)),
+                cfg=more_cfg,
+            )
+            stacked = jax.tree.map(np.asarray, stacked)
+            states = [jax.tree.map(lambda a, m=m: a[m], stacked) for m in range(n_more)]
+        models = [model] + [
+            self._model(st, jax.tree.map(lambda a, m=m: a[m], more), train, settings)
+            for m, st in enumerate(states)
+        ]
+        return CMTRFEnsemble(
+            members=jax.tree.map(lambda *a: jnp.stack(a), *models),
+            mean_validation_mse=jnp.asarray(mean_mse, dtype),
+        )
+
+    def _model(self, state: core.State, fit: core.FitOutput, train, settings) -> CMTRFModel:
+        """The fitted model of ``state`` (the padding cut off), with ``fit``'s validation
+        record."""
         return CMTRFModel(
             user_factors=jnp.asarray(state.user_factors[: train.n_users]),
             item_factors=jnp.asarray(state.item_factors[: train.n_items]),
@@ -561,17 +738,13 @@ class CMTRF:
                 else state.transforms
             ),
             group=jnp.asarray(state.group[: train.n_users]),
-            l2_user=jnp.asarray(grid_u.reshape(-1)[best], dtype),
-            l2_item=jnp.asarray(grid_i.reshape(-1)[best], dtype),
-            validation_mse=jnp.asarray(pick(out.history)),
-            pretrain_validation_mse=jnp.asarray(pick(out.pretrain_history)),
-            best_sweep=jnp.asarray(pick(out.best_sweep)),
-            grid_validation_mse=jnp.asarray(mse.reshape(grid_u.shape)),
+            validation_mse=jnp.asarray(fit.history),
+            pretrain_validation_mse=jnp.asarray(fit.pretrain_history),
+            best_sweep=jnp.asarray(fit.best_sweep),
             offset=jnp.asarray(state.offset),
-            l2_user_grid=jnp.asarray(l2u, dtype),
-            l2_item_grid=jnp.asarray(l2i, dtype),
             loss=self.loss,
             transform=self.transform,
             epsilon=float(self.epsilon),
             anchor=self.anchor,
+            **settings,
         )

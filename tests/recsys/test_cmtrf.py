@@ -9,7 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 import jaxcal
 from jaxcal.data import Interactions
-from jaxcal.recsys import CMTRF, CMTRFModel
+from jaxcal.recsys import CMTRF, CMTRFEnsemble, CMTRFModel
 
 TOL = 1e-8
 
@@ -532,3 +532,95 @@ def test_refit_clustered_keeps_the_clusters_shape(data):
     assert refitted.transforms.shape == plain.transforms.shape == (3, 5)
     assert np.all(np.diff(np.asarray(refitted.transforms), axis=1) >= 0.5 - 1e-9)
     assert not np.allclose(refitted.user_factors, plain.user_factors)
+
+
+def _numpy_predict(model, users, items):
+    """Predicted ratings of a CMTRFModel in numpy: theta through the piecewise-linear inverse
+    of the user's transform, extended linearly beyond the end levels."""
+    x, y = np.asarray(model.user_factors), np.asarray(model.item_factors)
+    theta = np.sum(x[users] * y[items], axis=1) + np.asarray(model.user_bias)[users]
+    theta = theta + np.asarray(model.item_bias)[items] + float(model.offset)
+    z = np.asarray(model.transforms)[np.asarray(model.group)[users]]
+    out = np.empty(theta.size)
+    for n, (t, zr) in enumerate(zip(theta, z, strict=True)):
+        k = int(np.clip(np.searchsorted(zr, t) - 1, 0, zr.size - 2))
+        out[n] = k + 1 + (t - zr[k]) / (zr[k + 1] - zr[k])
+    return out
+
+
+@pytest.mark.parametrize("transform", ["none", "per_user"])
+def test_ensemble_members_are_the_seeds_after_the_grid(data, transform):
+    """Oracles: the members are the fits of the grid's next seeds (the grid with n_seeds=S
+    trains them independently); predict is the mean of the members' predictions, in numpy;
+    mean_validation_mse is the numpy MSE of that mean on the validation ratings."""
+    train, valid = data
+    kw = {"transform": transform, "rank": 2, "l2_user": 0.5, "l2_item": 2.0, "n_sweeps": 8}
+    key = jax.random.key(2)
+    ens = CMTRF(ensemble=3, **kw).fit(train, key=key, validation=valid)
+    seeds = CMTRF(n_seeds=3, **kw).fit(train, key=key, validation=valid)
+    assert ens.n_members == 3 and ens.user_factors.shape == (3, train.n_users, 2)
+    best = [float(np.nanmin(ens.member(k).validation_mse)) for k in range(3)]
+    np.testing.assert_allclose(best, np.asarray(seeds.grid_validation_mse)[0, 0], rtol=TOL)
+    users, items = np.asarray(valid.user), np.asarray(valid.item)
+    each = [_numpy_predict(ens.member(k), users, items) for k in range(3)]
+    mean = np.mean(each, axis=0)
+    np.testing.assert_allclose(ens.predict(users, items), mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ens.predict(users, items, clip=True), np.clip(mean, 1, 5), 1e-6)
+    np.testing.assert_allclose(
+        float(ens.mean_validation_mse), np.mean((mean - valid.rating) ** 2), rtol=1e-6
+    )
+    # by convexity the mean's error is at most the members' average error
+    member_mse = [np.mean((p - valid.rating) ** 2) for p in each]
+    assert float(ens.mean_validation_mse) <= np.mean(member_mse) + 1e-12
+    assert len({round(m, 8) for m in member_mse}) == 3  # three different local optima
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_ensemble_member_0_is_the_chosen_fit_and_refits_are_stationary(data, warm_start):
+    """Member 0 is the fit without ensemble (warm-started or not); with refit every member's
+    item factors zero the gradient of the loss over train + validation (numpy KKT)."""
+    train, valid = data
+    kw = {"transform": "none", "rank": 2, "l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0)}
+    kw |= {"n_sweeps": 10, "warm_start": warm_start, "refit": True}
+    key = jax.random.key(0)
+    single = CMTRF(**kw).fit(train, key=key, validation=valid)
+    ens = CMTRF(ensemble=3, **kw).fit(train, key=key, validation=valid)
+    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(ens.member(0)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    both = train.concat(valid)
+    for k in range(3):
+        assert _item_gradient(ens.member(k), both) < 1e-8
+        assert _item_gradient(ens.member(k), train) > 1e-3
+    assert float(ens.l2_user) == float(single.l2_user)
+
+
+def test_ensemble_save_load_and_errors(data, tmp_path):
+    train, valid = data
+    ens = CMTRF(transform="clustered", n_clusters=2, rank=2, n_sweeps=3, ensemble=2).fit(
+        train, key=jax.random.key(0), validation=valid
+    )
+    jaxcal.save(ens, tmp_path / "ens.npz")
+    back = jaxcal.load(tmp_path / "ens.npz")
+    assert isinstance(back, CMTRFEnsemble) and back.transforms.shape == (2, 2, 5)
+    for a, b in zip(jax.tree.leaves(ens), jax.tree.leaves(back), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.predict([0, 1], [2, 3]), ens.predict([0, 1], [2, 3]))
+    with pytest.raises(ValueError, match="member index must lie in"):
+        ens.member(2)
+    with pytest.raises(ValueError, match="ensemble must be an integer"):
+        CMTRF(ensemble=0)
+
+
+@pytest.mark.parametrize("batch", [None, 3])
+def test_vmapped_grid_chunks_equal_the_sequential_grid(data, batch):
+    """On a CPU the grid runs point after point; grid_batch_size vmaps chunks of points (3 of
+    4: a chunk and a remainder): the same fits either way, and each equals its single fit."""
+    train, valid = data
+    kw = {"transform": "global", "rank": 2, "n_sweeps": 6}
+    key = jax.random.key(4)
+    grid = CMTRF(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0], grid_batch_size=batch, **kw)
+    mse = np.asarray(grid.fit(train, key=key, validation=valid).grid_validation_mse)[..., 0]
+    for a, lu in enumerate([0.3, 3.0]):
+        for b, li in enumerate([1.0, 2.0]):
+            one = CMTRF(l2_user=lu, l2_item=li, **kw).fit(train, key=key, validation=valid)
+            np.testing.assert_allclose(mse[a, b], one.grid_validation_mse[0, 0, 0], rtol=TOL)
