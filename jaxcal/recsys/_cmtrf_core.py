@@ -802,22 +802,29 @@ def fit_one(
 
 
 @functools.partial(jit, static_argnames=("cfg",))
-def fit_grid(problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, *, cfg: Config):
+def fit_grid(
+    problem: Problem, keys, l2_user, l2_item, epsilon, patience, tol, restart=None, *, cfg: Config
+):
     """:func:`fit_one` for every grid point (``keys`` ``[P, 2]`` raw key data, ``l2_user``,
     ``l2_item`` ``[P]``), ``vmap``-ped in chunks of ``cfg.batch_size`` points (``None``:
-    one point after another); with ``cfg.warm_start``, one after another in the given
-    order, each starting from the state :func:`fit_one` returns for the previous point (the
-    first from ``keys[0]``'s random start). Returns the fits and, with ``cfg.warm_start``,
-    the state each point started from (``None`` otherwise: the random start of its key)."""
+    one point after another). With ``cfg.warm_start``, one after another in the given
+    order, each starting from the state :func:`fit_one` returns for the previous point, or,
+    where ``restart`` (``[P]`` bool; the first point always) is set, from its own random
+    start. Returns the fits and, with ``cfg.warm_start``, the state each point started
+    from (``None`` otherwise: the random start of its key)."""
     if cfg.warm_start:
 
         def chain(prev, args):
-            key, lu, li = args
-            out, carry = fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, prev)
-            return carry, (out, prev)
+            key, lu, li, fresh = args
+            start = jax.tree.map(
+                lambda a, b: jnp.where(fresh, a, b), initial_state(key, epsilon, cfg), prev
+            )
+            out, carry = fit_one(problem, key, lu, li, epsilon, patience, tol, cfg, start)
+            return carry, (out, start)
 
         first = initial_state(keys[0], epsilon, cfg)
-        _, (out, starts) = lax.scan(chain, first, (keys, l2_user, l2_item))
+        fresh = jnp.zeros(keys.shape[0], bool) if restart is None else jnp.asarray(restart)
+        _, (out, starts) = lax.scan(chain, first, (keys, l2_user, l2_item, fresh))
         return out, starts
 
     def one(args):

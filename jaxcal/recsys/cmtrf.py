@@ -90,16 +90,17 @@ def _pairs(rows, cols, ratings, size: int, sort: bool, weight=None) -> core.Pair
     return core.Pairs(*(jax.device_put(a) for a in out))
 
 
-def _warm_path(l2_user: np.ndarray, l2_item: np.ndarray) -> np.ndarray:
+def _warm_path(l2_user: np.ndarray, l2_item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The order of a warm-started grid's points (flat indices of the ``[n_l2_user,
-    n_l2_item]`` grid): ``l2_user`` from the largest down, and along each ``l2_user`` the
-    ``l2_item`` values in alternating directions, starting from the largest, so that
-    consecutive points are neighbours."""
+    n_l2_item]`` grid) and where the path restarts: the rows of ``l2_user`` from the largest
+    down, each from its own random start at its largest ``l2_item`` and then down
+    ``l2_item``, each point from the previous one's fit."""
     items = np.argsort(-l2_item, kind="stable")
-    rows = []
-    for k, u in enumerate(np.argsort(-l2_user, kind="stable")):
-        rows.extend(int(u) * l2_item.size + int(i) for i in (items if k % 2 == 0 else items[::-1]))
-    return np.asarray(rows)
+    users = np.argsort(-l2_user, kind="stable")
+    order = np.asarray([int(u) * l2_item.size + int(i) for u in users for i in items])
+    restart = np.zeros(order.size, bool)
+    restart[:: l2_item.size] = True
+    return order, restart
 
 
 def _ips_weights(propensity, train: Interactions, validation: Interactions):
@@ -385,11 +386,11 @@ class CMTRF:
             another (a ``vmap``-ped chunk runs every point for as many sweeps as its
             slowest point needs; ``docs/cmtrf.md``); on a GPU / TPU as many points as fit
             in about 1 GiB of work arrays.
-        warm_start: train the grid points one after another, each from the factors of the
-            previous point (``l2_user`` from the largest down, ``l2_item`` back and forth
-            along each, so that consecutive points are neighbours), instead of each from its
-            own random start: fewer sweeps per point. Needs ``n_seeds=1``; a grid point then
-            no longer equals the single fit with its penalties.
+        warm_start: train each ``l2_user``'s points one after another, from the largest
+            ``l2_item`` down: the first from its own random start, each next one from the
+            factors of the previous point, instead of each from its own random start: fewer
+            sweeps per point. Needs ``n_seeds=1``; a grid point then no longer equals the
+            single fit with its penalties (but for the first of each ``l2_user``).
         refit: after the choice, train the chosen grid point again on the training and
             validation ratings together: from the same start (its random draw, or with
             ``warm_start`` the state it started from), with the same penalties, for the
@@ -620,7 +621,9 @@ class CMTRF:
             warm_start=self.warm_start,
         )
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        order = _warm_path(l2u, l2i) if self.warm_start else np.arange(n_points)
+        order, restart = np.arange(n_points), None
+        if self.warm_start:
+            order, restart = _warm_path(l2u, l2i)
         patience = self.patience
         if patience is None:
             patience = 2 if self.warm_start else 5
@@ -633,6 +636,7 @@ class CMTRF:
             epsilon,
             np.asarray(patience, np.int32),
             np.asarray(self.tol, dtype),
+            restart,
             cfg=cfg,
         )
         if self.warm_start:  # back to the grid's order

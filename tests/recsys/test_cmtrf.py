@@ -397,24 +397,25 @@ def test_bad_tol_raises():
         CMTRF(tol=-0.1)
 
 
-def test_warm_path_visits_every_point_once_through_neighbours():
+def test_warm_path_visits_every_point_once_down_each_row():
     from jaxcal.recsys.cmtrf import _warm_path
 
     l2u, l2i = np.array([0.1, 1.0, 10.0]), np.array([5.0, 0.5, 50.0, 2.0])
-    path = _warm_path(l2u, l2i)
+    path, restart = _warm_path(l2u, l2i)
     assert sorted(path.tolist()) == list(range(12))
     u, i = np.divmod(path, 4)
-    assert (l2u[u[0]], l2i[i[0]]) == (10.0, 50.0)  # the largest penalties first
-    rank_i = np.argsort(np.argsort(l2i))  # neighbours in value, not in position
-    steps = np.abs(np.diff(u)) + np.abs(np.diff(rank_i[i]))
-    assert np.all(steps == 1)
+    # rows of l2_user from the largest down, each from its largest l2_item down
+    np.testing.assert_array_equal(l2u[u], np.repeat([10.0, 1.0, 0.1], 4))
+    np.testing.assert_array_equal(l2i[i], np.tile([50.0, 5.0, 2.0, 0.5], 3))
+    np.testing.assert_array_equal(restart, np.tile([True, False, False, False], 3))
 
 
 @pytest.mark.parametrize("transform", ["none", "global", "clustered"])
 def test_warm_start_chains_the_single_fits(data, transform):
-    """The first point of the path is the single fit with the largest penalties; the others
-    differ from it, and each is a fit of its own penalties (transform="none": the chosen
-    point's item factors zero the gradient of its own objective, numpy)."""
+    """The first point of each l2_user row (its largest l2_item) is the single fit with its
+    penalties; the others start from the previous point and differ from their single fits,
+    and each is a fit of its own penalties (transform="none": the chosen point's item
+    factors zero the gradient of its own objective, numpy)."""
 
     train, valid = data
     grid = (0.3, 3.0)
@@ -422,12 +423,18 @@ def test_warm_start_chains_the_single_fits(data, transform):
     warm = CMTRF(l2_user=grid, l2_item=grid, warm_start=True, **kw).fit(
         train, key=jax.random.key(0), validation=valid
     )
-    single = CMTRF(l2_user=3.0, l2_item=3.0, **kw).fit(
-        train, key=jax.random.key(0), validation=valid
-    )
     gm = np.asarray(warm.grid_validation_mse)[..., 0]
-    assert gm[1, 1] == pytest.approx(float(single.grid_validation_mse.ravel()[0]), rel=1e-6)
-    assert np.all(np.isfinite(gm)) and not np.allclose(gm, gm[1, 1])
+
+    def single(lu, li):
+        fit = CMTRF(l2_user=lu, l2_item=li, **kw).fit(
+            train, key=jax.random.key(0), validation=valid
+        )
+        return float(fit.grid_validation_mse.ravel()[0])
+
+    for a, lu in enumerate(grid):
+        assert gm[a, 1] == pytest.approx(single(lu, 3.0), rel=1e-6)  # row start
+        assert gm[a, 0] != pytest.approx(single(lu, 0.3), rel=1e-6)  # from (lu, 3.0)
+    assert np.all(np.isfinite(gm))
     if transform == "none":
         x, y = np.asarray(warm.user_factors), np.asarray(warm.item_factors)
         theta = np.sum(x[train.user] * y[train.item], axis=1) + float(warm.offset)
