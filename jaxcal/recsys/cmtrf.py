@@ -168,10 +168,9 @@ def _predict_mean(states: core.State, users, items, *, loss: str, clip: bool):
     return jnp.clip(pred, 1.0, n_levels) if clip else pred
 
 
-def _mean_validation_mse(states: list[core.State], validation: core.Pairs, loss: str) -> float:
-    """Validation MSE of the mean of the states' predicted ratings (weighted as
-    :func:`core.validation_mse`)."""
-    stacked = jax.tree.map(lambda *a: jnp.stack(a), *states)
+def _mean_validation_mse(stacked: core.State, validation: core.Pairs, loss: str) -> float:
+    """Validation MSE of the mean of the predicted ratings of states stacked along a leading
+    axis (weighted as :func:`core.validation_mse`)."""
     pred = np.asarray(_predict_mean(stacked, validation.row, validation.col, loss=loss, clip=False))
     w = np.asarray(validation.weight)
     err = np.where(w > 0, (pred - (np.asarray(validation.level) + 1.0)) ** 2, 0.0)
@@ -698,11 +697,9 @@ class CMTRF:
             cfg=more_cfg,
         )
         more = jax.tree.map(np.asarray, more)
-        fitted = [chosen.state] + [
-            jax.tree.map(lambda a, m=m: a[m], more.state) for m in range(n_more)
-        ]
-        mean_mse = _mean_validation_mse(fitted, validation_pairs, self.loss)
-        states = fitted[1:]
+        every = jax.tree.map(lambda a, b: np.concatenate([a[None], b]), chosen.state, more.state)
+        mean_mse = _mean_validation_mse(every, validation_pairs, self.loss)
+        states = [jax.tree.map(lambda a, m=m: a[m], more.state) for m in range(n_more)]
         if self.refit:
             sweeps = [
                 _chosen_sweeps(more.pretrain_history[m], more.best_sweep[m], self.transform)
