@@ -1,16 +1,30 @@
-"""Build step for jaxcal's optional compiled CPU kernel (metadata is in pyproject.toml).
+"""Build step for jaxcal's optional compiled CPU kernels (metadata is in pyproject.toml).
 
-``jaxcal/_native/pav_cpu.cc`` is an XLA FFI handler: a sequential weighted PAV that XLA's
-CPU backend calls from jitted code (``jax.ffi``). It needs a C++17 compiler and the XLA
-FFI headers that ship inside jaxlib (``jaxlib/include``; jaxlib is a build requirement).
-The extension is optional: without a compiler the install still succeeds and jaxcal uses
-its portable pure-JAX PAV everywhere (see ``jaxcal/_native/__init__.py``).
+Each ``jaxcal/_native/<kernel>_cpu.cc`` is an XLA FFI handler that XLA's CPU backend calls
+from jitted code (``jax.ffi``). They need a C++17 compiler and the XLA FFI headers that ship
+inside jaxlib (``jaxlib/include``; jaxlib is a build requirement, pinned in pyproject.toml to
+the oldest supported release so that every newer runtime accepts the handlers).
+
+Every kernel is a shared library of its own and every one is optional: without a compiler
+the install still succeeds, and a kernel that fails to compile leaves the others in place;
+jaxcal then uses its portable pure-JAX path for what is missing (``jaxcal.show_config()``
+says which kernels were built; ``jaxcal/_native/_loader.py`` loads them).
 """
 
 import importlib.util
 import os
 
 from setuptools import Extension, setup
+
+# kernel -> its C++ sources (module jaxcal._native._<kernel>_cpu, loaded by ctypes)
+KERNELS = {
+    "pav": ["pav_cpu.cc"],
+    "enir": ["enir_cpu.cc"],
+    "ridge": ["ridge_cpu.cc"],
+    "venn_abers": ["venn_abers_cpu.cc"],
+    "linear_logit": ["linear_logit_cpu.cc"],
+}
+HEADERS = ["ffi_checks.h", "pav_sort.h", "workspace_lease.h"]
 
 
 def _xla_ffi_include() -> str:
@@ -20,23 +34,17 @@ def _xla_ffi_include() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "include")
 
 
-setup(
-    ext_modules=[
-        Extension(
-            "jaxcal._native._pav_cpu",
-            sources=[
-                "jaxcal/_native/pav_cpu.cc",
-                "jaxcal/_native/enir_cpu.cc",
-                "jaxcal/_native/ridge_cpu.cc",
-                "jaxcal/_native/venn_abers_cpu.cc",
-                "jaxcal/_native/linear_logit_cpu.cc",
-            ],
-            depends=["jaxcal/_native/workspace_lease.h"],
-            include_dirs=[_xla_ffi_include()],
-            language="c++",
-            # the warnings silenced come from the XLA FFI headers
-            extra_compile_args=["-std=c++17", "-O3", "-Wno-return-type", "-Wno-attributes"],
-            optional=True,
-        )
-    ]
-)
+def _extension(kernel: str, sources: list[str]) -> Extension:
+    return Extension(
+        f"jaxcal._native._{kernel}_cpu",
+        sources=[f"jaxcal/_native/{name}" for name in sources],
+        depends=[f"jaxcal/_native/{name}" for name in HEADERS],
+        include_dirs=[_xla_ffi_include()],
+        language="c++",
+        # the warnings silenced come from the XLA FFI headers
+        extra_compile_args=["-std=c++17", "-O3", "-Wno-return-type", "-Wno-attributes"],
+        optional=True,
+    )
+
+
+setup(ext_modules=[_extension(kernel, sources) for kernel, sources in KERNELS.items()])

@@ -38,6 +38,7 @@ _EXPORTS = {
     # persistence
     "save": "jaxcal._serialization",
     "load": "jaxcal._serialization",
+    "show_config": "jaxcal._native",  # versions, settings and the compiled kernels' state
 }
 _SUBPACKAGES = (
     "bayes",
@@ -47,6 +48,7 @@ _SUBPACKAGES = (
     "debias",
     "decide",
     "distributed",
+    "functional",
     "metrics",
     "plot",
     "recsys",

@@ -5,6 +5,10 @@ and the loss weighting (:mod:`jaxcal.losses`) applied to them.
 * :func:`prepare_fit_batch`: ``B`` problems (``[B, n]`` with a mask, or 1-D with group ids,
   :func:`group_to_batch`) -> ``[B, n]`` scores, targets and weights.
 * :func:`maybe_check_scores`: the scores of ``predict`` (tracers pass through).
+* :func:`prepare_fit_pure`: the same problem as :func:`prepare_fit`, in JAX (no host work:
+  it runs on tracers, inside ``jit``, ``vmap`` and ``grad``) -> :class:`PureFitData`, whose
+  ``invalid`` flag carries the checks that cannot raise under a trace (the NaN policy of
+  ``jaxcal.calibrators._base``).
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from jaxcal._validation import (
     check_propensity,
     check_scores,
     check_two_classes,
+    nan_where,
 )
 from jaxcal.losses import check_loss, loss_targets_weights
 
 __all__ = [
     "FitData",
+    "PureFitData",
     "prepare_fit",
+    "prepare_fit_pure",
+    "poison",
     "maybe_check_scores",
     "group_to_batch",
     "prepare_fit_batch",
@@ -67,6 +75,72 @@ def prepare_fit(
     t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
     check_two_classes(y, w)
     return FitData(s, y, t, w)
+
+
+class PureFitData(NamedTuple):
+    """One calibration problem as JAX arrays (possibly tracers), for the pure fits.
+
+    ``scores``, ``labels``, ``targets`` and ``weights`` are ``[n]`` arrays of one float dtype
+    (the scores', or JAX's default float for integer scores); the objective is
+    ``sum(weights * (softplus(z) - targets * z))`` as in :class:`FitData`. ``invalid`` is a
+    scalar bool: the data would have been refused by :func:`prepare_fit` (a non-finite
+    score, a label not 0/1, a negative or non-finite weight, a propensity outside (0, 1],
+    no weight on one of the classes).
+    """
+
+    scores: jax.Array
+    labels: jax.Array
+    targets: jax.Array
+    weights: jax.Array
+    invalid: jax.Array
+
+
+def prepare_fit_pure(
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    sample_weight: ArrayLike | None = None,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+) -> PureFitData:
+    """:func:`prepare_fit` in JAX: shapes and the loss name are checked eagerly (they are
+    static under a trace); the checks of values become ``invalid`` (never raised)."""
+    check_loss(loss, propensity)
+    s = jnp.asarray(scores)
+    if not jnp.issubdtype(s.dtype, jnp.floating):
+        s = s.astype(jnp.result_type(float))
+    if s.ndim != 1 or s.shape[0] == 0:
+        raise ValueError(f"scores must be a non-empty 1-D array; got shape {s.shape}.")
+    n = s.shape[0]
+    y = jnp.asarray(labels)
+    if y.shape != (n,):
+        raise ValueError(f"length mismatch: scores have shape {s.shape} but labels {y.shape}.")
+    y = y.astype(s.dtype)
+    v = jnp.ones_like(s) if sample_weight is None else jnp.asarray(sample_weight).astype(s.dtype)
+    if v.shape != (n,):
+        raise ValueError(f"shape mismatch: scores {s.shape} but sample_weight {v.shape}.")
+    omega = None
+    if propensity is not None:
+        omega = jnp.asarray(propensity).astype(s.dtype)
+        if omega.shape != (n,):
+            raise ValueError(f"shape mismatch: scores {s.shape} but propensity {omega.shape}.")
+    t, w = loss_targets_weights(y, propensity=omega, sample_weight=v, loss=loss)
+    invalid = (
+        ~jnp.all(jnp.isfinite(s))
+        | jnp.any((y != 0) & (y != 1))
+        | jnp.any(~jnp.isfinite(v) | (v < 0))
+        | ~(jnp.sum(v * y) > 0)
+        | ~(jnp.sum(v * (1 - y)) > 0)
+    )
+    if omega is not None:
+        invalid = invalid | jnp.any(~(omega > 0) | ~(omega <= 1))
+    return PureFitData(s, y, t.astype(s.dtype), w.astype(s.dtype), invalid)
+
+
+def poison(fitted: Any, invalid: ArrayLike) -> Any:
+    """``fitted`` with every floating-point leaf replaced by NaN where ``invalid`` is true
+    (the NaN policy of the pure fits: invalid data never gives a plausible map)."""
+    return nan_where(invalid, fitted)
 
 
 def maybe_check_scores(scores: ArrayLike) -> Any:

@@ -141,7 +141,12 @@ def is_traced(*xs: Any) -> bool:
 
 def unpad(out: Any, n: int, shape: Sequence[int] | None = None) -> jax.Array:
     """The first ``n`` entries of ``out`` along axis 0 (reshaped to ``shape``), sliced on
-    the host and put back on the device: no compiled program per ``n``."""
+    the host and put back on the device: no compiled program per ``n``. A traced ``out``
+    (a fitted calibrator whose leaves are tracers, inside a caller's ``grad``) is sliced in
+    the caller's program instead."""
+    if is_traced(out):
+        sliced = out[:n]
+        return sliced if shape is None else sliced.reshape(tuple(shape))
     host = np.asarray(out)[:n]
     return jax.device_put(host if shape is None else host.reshape(tuple(shape)))
 

@@ -3,12 +3,16 @@
 Every public ``fit`` / metric / loader calls these *before* any ``jit``: they raise a
 ``ValueError`` that names the problem and what to do, so nothing fails deep inside XLA.
 They return NumPy arrays (float64 unless stated) that the caller hands to the jitted core.
+
+Inside a caller's ``jit`` / ``vmap`` / ``grad`` (traced inputs), :func:`check_pure` and its
+helpers do the same checks without the host: shapes and dtypes raise, values set an
+``invalid`` flag, and :func:`nan_where` turns the result into NaN.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,6 +30,12 @@ __all__ = [
     "check_fit_inputs",
     "check_batch_inputs",
     "check_groups",
+    "PureInputs",
+    "float_array",
+    "pure_1d",
+    "pure_weights_invalid",
+    "check_pure",
+    "nan_where",
 ]
 
 
@@ -296,3 +306,115 @@ def check_mask(mask: Any, shape: tuple[int, ...], *, like: str) -> np.ndarray:
             raise ValueError("mask must be boolean (or 0/1).")
         m = m.astype(bool)
     return m
+
+
+# ----------------------------------------------------------------- inside a caller's trace
+#
+# The public metrics take their pure core when an input is a JAX tracer (inside ``jit``,
+# ``vmap``, ``grad`` or ``jax.export``): no NumPy, no padding. Checks of shapes and dtypes
+# are static there and still raise ``ValueError``; checks of values cannot raise, so they
+# become an ``invalid`` flag and the result is NaN (:func:`nan_where`): never a plausible
+# number.
+
+
+class PureInputs(NamedTuple):
+    """Possibly traced ``[n]`` inputs of a metric, as JAX arrays of one float dtype (the
+    first input's, or JAX's default float for integers), and ``invalid``: a scalar bool,
+    true where the eager checks would have raised."""
+
+    values: Any  #: probabilities (or scores)
+    labels: Any  #: labels
+    weights: Any  #: sample weights (ones for ``None``)
+    invalid: Any  #: scalar bool
+
+
+def float_array(x: Any, name: str, *, dtype: Any = None) -> Any:
+    """``x`` as a JAX array of a float dtype (``dtype``, else its own float dtype, else JAX's
+    default float); a non-numeric dtype raises ``ValueError`` (static under a trace)."""
+    import jax.numpy as jnp
+
+    if x is None:
+        raise ValueError(f"{name} is required; got None.")
+    try:
+        arr = jnp.asarray(x)
+    except Exception as exc:
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if dtype is None:
+        dtype = arr.dtype if arr.dtype.kind == "f" else jnp.result_type(float)
+    return arr.astype(dtype)
+
+
+def pure_1d(x: Any, name: str, *, n: int | None = None, dtype: Any = None) -> Any:
+    """:func:`check_1d` for a possibly traced array: rank, emptiness, dtype and the length
+    ``n`` (when given) are static and raise ``ValueError``; returns a JAX float array."""
+    arr = float_array(x, name, dtype=dtype)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {arr.shape}.")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty; need at least one value.")
+    if n is not None and arr.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} scores but {arr.shape[0]} {name}.")
+    return arr
+
+
+def pure_weights_invalid(w: Any) -> Any:
+    """Whether weights fail :func:`check_sample_weight`'s value checks (a non-finite or
+    negative weight, or none positive)."""
+    import jax.numpy as jnp
+
+    return jnp.any(~jnp.isfinite(w) | (w < 0)) | ~jnp.any(w > 0)
+
+
+def check_pure(
+    values: Any,
+    labels: Any,
+    sample_weight: Any = None,
+    *,
+    name: str = "probs",
+    probabilities: bool = True,
+    two_classes: bool = False,
+) -> PureInputs:
+    """The checks of :func:`check_probs` (or :func:`check_scores` with
+    ``probabilities=False``), :func:`check_labels`, :func:`check_sample_weight` (and
+    :func:`check_two_classes` if asked) for possibly traced inputs.
+
+    Shapes and dtypes raise ``ValueError`` (they are static under a trace); the value checks
+    set ``invalid``: a non-finite value, a probability outside [0, 1], a label not 0/1, a
+    negative or non-finite weight, no positive weight (or no weight on one class). Nothing
+    runs on the host, so this works inside ``jit``, ``vmap``, ``grad`` and ``jax.export``.
+    """
+    import jax.numpy as jnp
+
+    v = pure_1d(values, name)
+    n = v.shape[0]
+    y = pure_1d(labels, "labels", n=n, dtype=v.dtype)
+    if sample_weight is None:
+        w = jnp.ones_like(v)
+    else:
+        w = pure_1d(sample_weight, "sample_weight", n=n, dtype=v.dtype)
+    bad = ~jnp.isfinite(v)
+    if probabilities:
+        bad = bad | (v < 0) | (v > 1)
+    invalid = jnp.any(bad) | jnp.any((y != 0) & (y != 1)) | pure_weights_invalid(w)
+    if two_classes:
+        invalid = invalid | ~(jnp.sum(w * y) > 0) | ~(jnp.sum(w * (1 - y)) > 0)
+    return PureInputs(v, y, w, invalid)
+
+
+def nan_where(invalid: Any, tree: Any) -> Any:
+    """``tree`` with every floating-point leaf NaN where ``invalid`` is true: the NaN policy
+    of the traced metrics (invalid data never gives a plausible number)."""
+    import jax
+    import jax.numpy as jnp
+
+    def leaf(x):
+        x = jnp.asarray(x)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        return jnp.where(invalid, jnp.nan, x)
+
+    return jax.tree.map(leaf, tree)

@@ -74,31 +74,37 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# Every program JAX traces (then compiles, or loads from a cache) fires this event once; the
-# `compiles` fixture counts them, so tests can assert that a call compiled nothing new.
+# Every program JAX traces fires the trace event once, and every program XLA compiles (not
+# loaded from a cache) fires the backend-compile event once; the `compiles` fixture counts
+# both, so tests can assert that a call neither traced nor compiled anything new (a program
+# that traces nothing new but compiles again, e.g. an executable dropped from a cache, counts).
 _TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
-_TRACES = [0]
+_BACKEND_EVENT = "/jax/core/compile/backend_compile_duration"
+_EVENTS = {_TRACE_EVENT: [0], _BACKEND_EVENT: [0]}
 
 
 def _on_duration_event(name, *args, **kwargs):
-    if name == _TRACE_EVENT:
-        _TRACES[0] += 1
+    if name in _EVENTS:
+        _EVENTS[name][0] += 1
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration_event)
 
 
 class CompileCounter:
-    """``with compiles() as c: ...`` then ``c.count``: programs traced inside the block
-    (jitted functions and eager operations on new shapes alike)."""
+    """``with compiles() as c: ...`` then ``c.count``: programs traced plus programs compiled
+    by XLA inside the block (``c.traces`` and ``c.backend_compiles`` apart; jitted functions
+    and eager operations on new shapes alike)."""
 
     def __enter__(self):
-        self._start = _TRACES[0]
-        self.count = 0
+        self._start = {k: v[0] for k, v in _EVENTS.items()}
+        self.traces = self.backend_compiles = self.count = 0
         return self
 
     def __exit__(self, *exc):
-        self.count = _TRACES[0] - self._start
+        self.traces = _EVENTS[_TRACE_EVENT][0] - self._start[_TRACE_EVENT]
+        self.backend_compiles = _EVENTS[_BACKEND_EVENT][0] - self._start[_BACKEND_EVENT]
+        self.count = self.traces + self.backend_compiles
         return False
 
 

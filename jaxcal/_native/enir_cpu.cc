@@ -51,10 +51,13 @@
 #include <new>
 #include <vector>
 
+#include "ffi_checks.h"
 #include "workspace_lease.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using jaxcal_native::CheckBatch;
+using jaxcal_native::CheckLike;
 
 namespace {
 
@@ -609,6 +612,9 @@ int64_t RealCount(const bool* real, int64_t n) {
   return n_real;
 }
 
+constexpr const char* kEnir = "enir_cpu";
+constexpr const char* kLikeRuns = "of the run weights' dtype and shape [..., N]";
+constexpr const char* kPerProblem = "of the run weights' dtype and batch shape [...]";
 constexpr const char* kNotPrefix = "enir_cpu: real must be true for a prefix of the runs";
 
 // Calls `solve(ws, b, at, n_real)` for every problem `b` of a batch of runs (its runs start at
@@ -641,14 +647,15 @@ ffi::Error CheckRuns(const ffi::AnyBuffer& w, std::initializer_list<const ffi::A
   const int64_t total = static_cast<int64_t>(w.element_count());
   batch = n == 0 ? 0 : total / n;
   for (const ffi::AnyBuffer* b : same) {
-    if (b->element_type() != w.element_type() ||
-        static_cast<int64_t>(b->element_count()) != total) {
-      return ffi::Error::InvalidArgument("enir_cpu: the run arrays must share shape and dtype");
+    if (ffi::Error e = CheckLike(kEnir, "every run array", *b, w.element_type(), w, kLikeRuns);
+        e.failure()) {
+      return e;
     }
   }
-  if (real.element_type() != ffi::DataType::PRED ||
-      static_cast<int64_t>(real.element_count()) != total) {
-    return ffi::Error::InvalidArgument("enir_cpu: real must be a bool array of the runs' shape");
+  if (ffi::Error e = CheckLike(kEnir, "real", real, ffi::DataType::PRED, w,
+                               "bool of the runs' shape [..., N]");
+      e.failure()) {
+    return e;
   }
   if (n > int64_t{0x7FFFFFFF}) return ffi::Error::InvalidArgument("enir_cpu: N >= 2**31");
   return ffi::Error::Success();
@@ -661,15 +668,17 @@ ffi::Error SolveEnir(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi:
                      ffi::Result<ffi::Buffer<ffi::S32>> n_scored, ffi::Result<ffi::AnyBuffer> lam) {
   int64_t n = 0, batch = 0;
   if (ffi::Error e = CheckRuns(w, {&y, &s1, &s0}, real, n, batch); e.failure()) return e;
-  for (const ffi::AnyBuffer* b : {&n_eff, &eps}) {
-    if (b->element_type() != w.element_type() ||
-        static_cast<int64_t>(b->element_count()) != batch) {
-      return ffi::Error::InvalidArgument("enir_cpu: n_eff and eps must be one scalar a problem");
-    }
-  }
-  if (acc->element_count() != w.element_count() || acc->element_type() != w.element_type() ||
-      lam->element_type() != w.element_type()) {
-    return ffi::Error::InvalidArgument("enir_cpu: outputs of the wrong shape or dtype");
+  const ffi::DataType t = w.element_type();
+  constexpr const char* kCount = "int32 of the runs' batch shape [...]";
+  for (ffi::Error e : {CheckBatch(kEnir, "n_eff", n_eff, t, w, {}, kPerProblem),
+                       CheckBatch(kEnir, "eps", eps, t, w, {}, kPerProblem),
+                       CheckLike(kEnir, "the averaged values (result)", *acc, t, w, kLikeRuns),
+                       CheckBatch(kEnir, "n_models (result)", *n_models, ffi::DataType::S32, w, {},
+                                  kCount),
+                       CheckBatch(kEnir, "n_scored (result)", *n_scored, ffi::DataType::S32, w, {},
+                                  kCount),
+                       CheckBatch(kEnir, "the last lambda (result)", *lam, t, w, {}, kPerProblem)}) {
+    if (e.failure()) return e;
   }
   return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
     const double clip = static_cast<double>(At<T>(eps, 0)[b]);
@@ -717,12 +726,10 @@ ffi::Error SolveNearIsotonic(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer 
                              ffi::AnyBuffer lam, ffi::Result<ffi::AnyBuffer> out) {
   int64_t n = 0, batch = 0;
   if (ffi::Error e = CheckRuns(w, {&y}, real, n, batch); e.failure()) return e;
-  if (lam.element_type() != w.element_type() ||
-      static_cast<int64_t>(lam.element_count()) != batch) {
-    return ffi::Error::InvalidArgument("enir_cpu: lam must be one scalar a problem");
-  }
-  if (out->element_count() != w.element_count() || out->element_type() != w.element_type()) {
-    return ffi::Error::InvalidArgument("enir_cpu: output of the wrong shape or dtype");
+  for (ffi::Error e :
+       {CheckBatch(kEnir, "lam", lam, w.element_type(), w, {}, kPerProblem),
+        CheckLike(kEnir, "the fitted values (result)", *out, w.element_type(), w, kLikeRuns)}) {
+    if (e.failure()) return e;
   }
   return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
     const T *wp = At<T>(w, at), *yp = At<T>(y, at);

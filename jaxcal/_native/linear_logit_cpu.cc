@@ -34,9 +34,11 @@
 #include <new>
 #include <vector>
 
+#include "ffi_checks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using jaxcal_native::DimsAre;
 
 namespace {
 
@@ -456,8 +458,7 @@ ffi::Error Fit(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w, ffi::AnyBuf
   if (p < 1 || p > 16 || k > 8) {
     return ffi::Error::InvalidArgument("linear_logit_cpu: 1 <= p <= 16 and k <= 8");
   }
-  if (static_cast<int64_t>(t.element_count()) != n ||
-      static_cast<int64_t>(w.element_count()) != n) {
+  if (!DimsAre(t.dimensions(), xd, 1) || !DimsAre(w.dimensions(), xd, 1)) {
     return ffi::Error::InvalidArgument("linear_logit_cpu: t and w must be [n]");
   }
   for (const ffi::AnyBuffer* b : {&t, &w, &C, &l2, &tol}) {
@@ -469,9 +470,15 @@ ffi::Error Fit(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w, ffi::AnyBuf
       max_iter.element_type() != ffi::DataType::S32) {
     return ffi::Error::InvalidArgument("linear_logit_cpu: l2, tol and max_iter are scalars");
   }
-  if (static_cast<int64_t>(theta->element_count()) != p ||
-      static_cast<int64_t>(info->element_count()) != 4 + 2 * k) {
-    return ffi::Error::InvalidArgument("linear_logit_cpu: results of the wrong size");
+  const int64_t p_dims[] = {p}, info_dims[] = {4 + 2 * k};
+  if (theta->element_type() != X.element_type() ||
+      !DimsAre(theta->dimensions(), p_dims, 0)) {
+    return ffi::Error::InvalidArgument("linear_logit_cpu: theta (result) must be [p] of X's dtype");
+  }
+  if (info->element_type() != X.element_type() ||
+      !DimsAre(info->dimensions(), info_dims, 0)) {
+    return ffi::Error::InvalidArgument(
+        "linear_logit_cpu: info (result) must be [4 + 2 k] of X's dtype");
   }
   if (intercept >= p) return ffi::Error::InvalidArgument("linear_logit_cpu: intercept >= p");
   const Problem pr = Setup<T>(static_cast<const T*>(X.untyped_data()),

@@ -11,7 +11,8 @@
 //      (ids non-decreasing: per user, per rank) need no group sort, and each group is
 //      loaded, sorted and pooled while it is in cache; otherwise the points are first
 //      sorted by group id (radix passes on the key range). Scores are sorted by their
-//      order-preserving integer keys (SortInto: value buckets, then radix passes);
+//      order-preserving integer keys (SortInto in pav_sort.h: value buckets, then radix
+//      passes);
 //   2. pool tied (group, score) points into runs (summed weight and weighted target);
 //   3. stack-based PAV within each group: push a run, then pool the two top blocks while
 //      they violate (mean(left) >= mean(right), or either has zero weight: the same rule as
@@ -40,251 +41,20 @@
 #include <new>
 #include <vector>
 
+#include "ffi_checks.h"
+#include "pav_sort.h"
 #include "workspace_lease.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using jaxcal_native::CheckBatch;
+using jaxcal_native::CheckLike;
+using jaxcal_native::DimsAre;
 
 namespace {
 
-// Order-preserving unsigned key of a double (-0.0 and 0.0 share a key). Integer operations
-// only: XLA's CPU threads treat subnormal operands as zero, and distinct subnormal scores
-// must keep distinct keys, as in scikit-learn.
-inline uint64_t KeyOfBits(uint64_t bits) {
-  if (bits == (uint64_t{1} << 63)) bits = 0;             // -0.0 -> 0.0
-  const uint64_t negative = uint64_t{0} - (bits >> 63);  // all ones for negative scores
-  return bits ^ (negative | (uint64_t{1} << 63));       // branch-free: signs are random
-}
-
-inline uint64_t FloatKey(double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return KeyOfBits(bits);
-}
-
-// float32 scores get the key of the same value as a double (widened exactly, with integer
-// operations, so that subnormal float32 scores are not flushed).
-inline uint64_t FloatKey(float v) {
-  uint32_t f;
-  std::memcpy(&f, &v, sizeof f);
-  const uint64_t sign = uint64_t{f >> 31} << 63;
-  const uint32_t exponent = (f >> 23) & 0xFF;
-  uint32_t mantissa = f & 0x7FFFFF;
-  uint64_t bits;
-  if (exponent == 0xFF) {  // inf / nan (not passed by jaxcal's validation)
-    bits = sign | (uint64_t{0x7FF} << 52) | (uint64_t{mantissa} << 29);
-  } else if (exponent != 0) {
-    bits = sign | (uint64_t{exponent - 127 + 1023} << 52) | (uint64_t{mantissa} << 29);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal float32: m * 2^-149 = 1.f * 2^(k - 149), k = leading bit of m
-    const int k = 31 - __builtin_clz(mantissa);
-    mantissa &= (uint32_t{1} << k) - 1;
-    bits = sign | (uint64_t(k - 149 + 1023) << 52) | (uint64_t{mantissa} << (52 - k));
-  }
-  return KeyOfBits(bits);
-}
-
-inline double KeyValue(uint64_t key) {
-  const uint64_t negative = (key >> 63) - 1;  // all ones for negative scores
-  const uint64_t bits = key ^ (negative | (uint64_t{1} << 63));
-  double v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
-// Order-preserving unsigned key of a signed integer.
-inline uint64_t IntKey(int64_t v) { return static_cast<uint64_t>(v) ^ (uint64_t{1} << 63); }
-
-inline int BitLength(uint64_t v) { return v == 0 ? 0 : 64 - __builtin_clzll(v); }
-
-constexpr int kMsdBits = 16;          // most-significant-digit passes: 65,536 buckets
-constexpr int64_t kLsdMax = 1 << 14;  // segments this small are sorted in cache (LSD)
-constexpr int64_t kInsertionMax = 24;
-constexpr int kValueDepth = 2;  // levels of value buckets before radix passes
-constexpr int64_t kKeepMax = int64_t{1} << 24;  // largest problem whose buffers are kept
-
-// One copy of the points of a problem as parallel arrays that are permuted together:
-// sort key, input position, target and weight.
-struct Arrays {
-  uint64_t* key;
-  uint32_t* pos;
-  double* y;
-  double* w;
-};
-
-// Two copies (sorting passes go from one to the other) plus segment-local LSD buffers.
-// The memory is kept and reused by later calls: fresh pages cost a page fault each, which
-// at 1e6 points would be a fifth of the run time.
-class Workspace {
- public:
-  void Reserve(int64_t n) {
-    if (n <= capacity_) return;
-    const size_t per_point = 2 * (sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(double)) +
-                             sizeof(uint64_t);
-    memory_.reset(new char[per_point * n + 64]);
-    char* p = memory_.get();
-    auto take = [&](size_t bytes) {
-      char* out = p;
-      p += bytes;
-      return out;
-    };
-    for (Arrays* a : {&a_, &b_}) {
-      a->key = reinterpret_cast<uint64_t*>(take(n * sizeof(uint64_t)));
-      a->y = reinterpret_cast<double*>(take(n * sizeof(double)));
-      a->w = reinterpret_cast<double*>(take(n * sizeof(double)));
-    }
-    score_key_ = reinterpret_cast<uint64_t*>(take(n * sizeof(uint64_t)));
-    a_.pos = reinterpret_cast<uint32_t*>(take(n * sizeof(uint32_t)));
-    b_.pos = reinterpret_cast<uint32_t*>(take(n * sizeof(uint32_t)));
-    capacity_ = n;
-  }
-  Arrays& a() { return a_; }
-  Arrays& b() { return b_; }
-  uint64_t* score_key() { return score_key_; }
-  uint64_t lsd_key[2][kLsdMax];
-  uint32_t lsd_at[2][kLsdMax];
-
- private:
-  std::unique_ptr<char[]> memory_;
-  int64_t capacity_ = 0;
-  Arrays a_{}, b_{};
-  uint64_t* score_key_ = nullptr;
-};
-
-inline void Move(const Arrays& src, int64_t i, const Arrays& dst, int64_t j) {
-  dst.key[j] = src.key[i];
-  dst.pos[j] = src.pos[i];
-  dst.y[j] = src.y[i];
-  dst.w[j] = src.w[i];
-}
-
-void CopyRange(const Arrays& src, const Arrays& dst, int64_t off, int64_t len) {
-  std::memcpy(dst.key + off, src.key + off, len * sizeof(uint64_t));
-  std::memcpy(dst.pos + off, src.pos + off, len * sizeof(uint32_t));
-  std::memcpy(dst.y + off, src.y + off, len * sizeof(double));
-  std::memcpy(dst.w + off, src.w + off, len * sizeof(double));
-}
-
-// Stable LSD radix sort of a cache-sized segment (keys as offsets from `lo`, with `bits`
-// significant bits; 8-bit digits, digits shared by every key skipped); the result is
-// gathered from `src` into `dst`.
-void LsdSortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
-                 uint64_t lo, int bits) {
-  uint64_t* k = ws.lsd_key[0];
-  uint64_t* k2 = ws.lsd_key[1];
-  uint32_t* at = ws.lsd_at[0];
-  uint32_t* at2 = ws.lsd_at[1];
-  const int digits = (bits + 7) / 8;
-  uint32_t hist[8][256] = {};
-  for (int64_t j = 0; j < len; ++j) {
-    const uint64_t v = src.key[off + j] - lo;
-    k[j] = v;
-    at[j] = static_cast<uint32_t>(j);
-    for (int d = 0; d < digits; ++d) ++hist[d][(v >> (8 * d)) & 255];
-  }
-  for (int d = 0; d < digits; ++d) {
-    uint32_t* h = hist[d];
-    if (h[(k[0] >> (8 * d)) & 255] == len) continue;  // every key has this digit
-    uint32_t sum = 0;
-    for (int b = 0; b < 256; ++b) {
-      const uint32_t c = h[b];
-      h[b] = sum;
-      sum += c;
-    }
-    for (int64_t j = 0; j < len; ++j) {
-      const uint32_t to = h[(k[j] >> (8 * d)) & 255]++;
-      k2[to] = k[j];
-      at2[to] = at[j];
-    }
-    std::swap(k, k2);
-    std::swap(at, at2);
-  }
-  for (int64_t j = 0; j < len; ++j) Move(src, off + at[j], dst, off + j);
-}
-
-void InsertionSort(const Arrays& s, int64_t off, int64_t len) {
-  for (int64_t i = off + 1; i < off + len; ++i) {
-    const uint64_t k = s.key[i];
-    const uint32_t p = s.pos[i];
-    const double y = s.y[i], w = s.w[i];
-    int64_t j = i;
-    for (; j > off && s.key[j - 1] > k; --j) Move(s, j - 1, s, j);
-    s.key[j] = k;
-    s.pos[j] = p;
-    s.y[j] = y;
-    s.w[j] = w;
-  }
-}
-
-void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
-              bool float_keys, int depth);
-
-// Scatters the points [off, off + len) of `src` into `dst` by bucket (stable), then sorts
-// each bucket in `dst`: larger ones recursively, then all small ones by one insertion pass.
-template <typename Bucket>
-void BucketSortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off,
-                    int64_t len, int64_t n_buckets, Bucket bucket, bool float_keys, int depth) {
-  std::vector<int64_t> start(n_buckets + 1, 0);
-  for (int64_t i = off; i < off + len; ++i) ++start[bucket(src.key[i]) + 1];
-  start[0] = off;
-  for (int64_t b = 0; b < n_buckets; ++b) start[b + 1] += start[b];
-  std::vector<int64_t> next(start.begin(), start.end() - 1);
-  for (int64_t i = off; i < off + len; ++i) Move(src, i, dst, next[bucket(src.key[i])]++);
-  for (int64_t b = 0; b < n_buckets; ++b) {
-    const int64_t count = start[b + 1] - start[b];
-    if (count > kInsertionMax) {  // sort the bucket back into src, then return it
-      SortInto(ws, dst, src, start[b], count, float_keys, depth + 1);
-      CopyRange(src, dst, start[b], count);
-    }
-  }
-  // The small buckets in one pass: only points inside the same bucket are out of order.
-  InsertionSort(dst, off, len);
-}
-
-// Stable sort of the points [off, off + len) of `src` by key, written to the same range of
-// `dst` (`src` is used as scratch).
-//
-// A segment larger than the cache takes most-significant-digit passes (kMsdBits of the key
-// range each) until its buckets fit in cache. There, score keys (`float_keys`) are spread
-// over one bucket per point by value, (x - min) / (max - min): for scores with a density
-// this leaves buckets of a few points, finished by one insertion pass, so the sort costs
-// two passes. Buckets that stay large (clustered or heavy-tailed scores) are split by value
-// once more, then by LSD radix on the key bits, as are integer keys (group ids), so no input
-// costs more than a few passes over its points.
-void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, int64_t len,
-              bool float_keys, int depth) {
-  uint64_t lo = len > 0 ? src.key[off] : 0, hi = lo;
-  for (int64_t i = off + 1; i < off + len; ++i) {
-    lo = std::min(lo, src.key[i]);
-    hi = std::max(hi, src.key[i]);
-  }
-  if (lo == hi || len <= kInsertionMax) {
-    CopyRange(src, dst, off, len);
-    if (lo != hi) InsertionSort(dst, off, len);
-    return;
-  }
-  if (float_keys && depth < kValueDepth && len <= kLsdMax) {
-    const double x_lo = KeyValue(lo);
-    const double range = KeyValue(hi) - x_lo;
-    if (std::isfinite(range) && range > 0.0) {
-      const int64_t n_buckets = std::min<int64_t>(len, int64_t{1} << kMsdBits);
-      const double scale = static_cast<double>(n_buckets) / range;
-      const auto bucket = [=](uint64_t key) {
-        // Monotone in the score (rounding is monotone); the top score lands on n_buckets.
-        const int64_t b = static_cast<int64_t>((KeyValue(key) - x_lo) * scale);
-        return std::min(b, n_buckets - 1);
-      };
-      return BucketSortInto(ws, src, dst, off, len, n_buckets, bucket, true, depth);
-    }
-  }
-  const int bits = BitLength(hi - lo);
-  if (len <= kLsdMax) return LsdSortInto(ws, src, dst, off, len, lo, bits);
-  const int shift = std::max(0, bits - kMsdBits);
-  const auto bucket = [=](uint64_t key) { return static_cast<int64_t>((key - lo) >> shift); };
-  BucketSortInto(ws, src, dst, off, len, int64_t{1} << std::min(bits, kMsdBits), bucket,
-                 float_keys, depth);
-}
+constexpr const char* kPav = "pav_cpu";
+constexpr const char* kLikeX = "of x's dtype and shape [..., n]";
 
 // Stack PAV over the sorted points [off, off + len) of one group: tied scores form runs,
 // a run is pushed once complete, and the two top blocks pool while they violate
@@ -513,18 +283,25 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
   const int64_t n = dims.back();
   const int64_t total = static_cast<int64_t>(x.element_count());
-  if (y.element_count() != x.element_count() || w.element_count() != x.element_count() ||
-      out->element_count() != x.element_count() ||
-      (has_group && group.element_count() != x.element_count())) {
-    return ffi::Error::InvalidArgument("pav_cpu: x, y, w (and group) must have one shape");
+  const ffi::DataType t = x.element_type();
+  for (ffi::Error e : {CheckLike(kPav, "y", y, t, x, kLikeX), CheckLike(kPav, "w", w, t, x, kLikeX),
+                       CheckLike(kPav, "the fitted values (result)", *out, t, x, kLikeX)}) {
+    if (e.failure()) return e;
+  }
+  const ffi::DataType gtype = group.element_type();
+  if (has_group && ((gtype != ffi::DataType::S32 && gtype != ffi::DataType::S64) ||
+                    !DimsAre(group.dimensions(), dims, 0))) {
+    return ffi::Error::InvalidArgument("pav_cpu: group must be int32 or int64 of x's shape");
+  }
+  // bounds: [..., 1] (one per problem) or [..., n] (one per point)
+  for (const ffi::AnyBuffer* bound : {&lo, &hi}) {
+    if (bound->element_type() != t || !(DimsAre(bound->dimensions(), dims, 1, {1}) ||
+                                        DimsAre(bound->dimensions(), dims, 0))) {
+      return ffi::Error::InvalidArgument("pav_cpu: bounds must be [..., 1] or [..., n] of x's dtype");
+    }
   }
   if (n == 0 || total == 0) return ffi::Error::Success();
   if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
-  const ffi::DataType gtype = group.element_type();
-  if (has_group && gtype != ffi::DataType::S32 && gtype != ffi::DataType::S64) {
-    return ffi::Error::InvalidArgument("pav_cpu: group must be int32 or int64");
-  }
-  // bounds: [..., 1] (one per problem) or [..., n] (one per point)
   const int64_t n_problems = total / n;
   const int64_t lo_width = static_cast<int64_t>(lo.element_count()) / n_problems;
   const int64_t hi_width = static_cast<int64_t>(hi.element_count()) / n_problems;
@@ -564,11 +341,6 @@ ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::An
                    ffi::AnyBuffer lo, ffi::AnyBuffer hi, bool has_group,
                    ffi::Result<ffi::AnyBuffer> out) {
   const ffi::DataType t = x.element_type();
-  if (y.element_type() != t || w.element_type() != t || lo.element_type() != t ||
-      hi.element_type() != t || out->element_type() != t) {
-    return ffi::Error::InvalidArgument(
-        "pav_cpu: x, y, w, the bounds and the output must share a dtype");
-  }
   try {
     if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, lo, hi, has_group, out);
     if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, lo, hi, has_group, out);
@@ -588,8 +360,17 @@ ffi::Error SolveRuns(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
   if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
   const int64_t n = dims.back();
   const int64_t total = static_cast<int64_t>(x.element_count());
-  if (y.element_count() != x.element_count() || w.element_count() != x.element_count()) {
-    return ffi::Error::InvalidArgument("pav_cpu: x, y and w must have one shape");
+  const ffi::DataType t = x.element_type();
+  constexpr const char* kInt32LikeX = "int32 of x's shape [..., n]";
+  for (ffi::Error e : {CheckLike(kPav, "y", y, t, x, kLikeX), CheckLike(kPav, "w", w, t, x, kLikeX),
+                       CheckLike(kPav, "run_x (result)", *run_x, t, x, kLikeX),
+                       CheckLike(kPav, "run_weight (result)", *run_w, t, x, kLikeX),
+                       CheckLike(kPav, "run_value (result)", *run_value, t, x, kLikeX),
+                       CheckLike(kPav, "block_start (result)", *block_start, ffi::DataType::S32, x,
+                                 kInt32LikeX),
+                       CheckBatch(kPav, "n_runs (result)", *n_runs, ffi::DataType::S32, x, {},
+                                  "int32 of x's batch shape [...]")}) {
+    if (e.failure()) return e;
   }
   if (n == 0 || total == 0) return ffi::Error::Success();
   if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
@@ -617,10 +398,6 @@ ffi::Error PavRunsImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
                        ffi::Result<ffi::Buffer<ffi::S32>> block_start,
                        ffi::Result<ffi::Buffer<ffi::S32>> n_runs) {
   const ffi::DataType t = x.element_type();
-  if (y.element_type() != t || w.element_type() != t || run_x->element_type() != t ||
-      run_w->element_type() != t || run_value->element_type() != t) {
-    return ffi::Error::InvalidArgument("pav_cpu: x, y, w and the outputs must share a dtype");
-  }
   if (static_cast<int64_t>(x.element_count()) > int64_t{0x7FFFFFFF}) {
     return ffi::Error::InvalidArgument("pav_cpu: run counts are int32");
   }

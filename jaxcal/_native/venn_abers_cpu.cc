@@ -21,9 +21,11 @@
 #include <new>
 #include <vector>
 
+#include "ffi_checks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using jaxcal_native::CheckLike;
 
 namespace {
 
@@ -143,21 +145,17 @@ ffi::Error Solve(ffi::AnyBuffer inc_w, ffi::AnyBuffer inc_y, ffi::AnyBuffer omeg
   if (dims.size() == 0) return ffi::Error::InvalidArgument("venn_abers_cpu: rank >= 1 needed");
   const int64_t n = dims.back();
   const int64_t total = static_cast<int64_t>(inc_w.element_count());
-  for (const ffi::AnyBuffer* b : {&inc_y, &omega}) {
-    if (b->element_type() != inc_w.element_type() ||
-        static_cast<int64_t>(b->element_count()) != total) {
-      return ffi::Error::InvalidArgument("venn_abers_cpu: inputs of different shapes or dtypes");
-    }
-  }
-  for (const ffi::AnyBuffer* b : {&first, &last}) {
-    if (b->element_type() != ffi::DataType::PRED ||
-        static_cast<int64_t>(b->element_count()) != total) {
-      return ffi::Error::InvalidArgument("venn_abers_cpu: first / last must be bool arrays");
-    }
-  }
-  if (p0->element_count() != inc_w.element_count() || p0->element_type() != inc_w.element_type() ||
-      p1->element_count() != inc_w.element_count() || p1->element_type() != inc_w.element_type()) {
-    return ffi::Error::InvalidArgument("venn_abers_cpu: outputs of the wrong shape or dtype");
+  constexpr const char* kVa = "venn_abers_cpu";
+  constexpr const char* kLike = "of inc_w's dtype and shape [..., N]";
+  constexpr const char* kBool = "bool of inc_w's shape [..., N]";
+  const ffi::DataType t = inc_w.element_type();
+  for (ffi::Error e : {CheckLike(kVa, "inc_y", inc_y, t, inc_w, kLike),
+                       CheckLike(kVa, "omega", omega, t, inc_w, kLike),
+                       CheckLike(kVa, "first", first, ffi::DataType::PRED, inc_w, kBool),
+                       CheckLike(kVa, "last", last, ffi::DataType::PRED, inc_w, kBool),
+                       CheckLike(kVa, "p0 (result)", *p0, t, inc_w, kLike),
+                       CheckLike(kVa, "p1 (result)", *p1, t, inc_w, kLike)}) {
+    if (e.failure()) return e;
   }
   if (n == 0 || total == 0) return ffi::Error::Success();
   if (n > int64_t{0x7FFFFFFF}) return ffi::Error::InvalidArgument("venn_abers_cpu: N >= 2**31");

@@ -16,7 +16,7 @@ from jax import lax
 
 from jaxcal._scan import cummax, cumsum, searchsorted
 
-__all__ = ["trace_path", "average_path", "path_values"]
+__all__ = ["trace_path", "average_path", "path_values", "enir_average_differentiable"]
 
 
 _FANOUT = 32  # children per node of the tournament tree over pair collision times
@@ -353,7 +353,28 @@ def _enir_average(w, y, s1, s0, real, n_eff, eps):
 
 
 def average_path(path: _Path, w, y, s1, s0, real, n_eff, eps):
-    """Pass 2 of :func:`_enir_average` on a traced path."""
+    """Pass 2 of :func:`_enir_average` on a traced path: ``(acc, n_models, n_scored,
+    lam)``, the averaged run values, the number of breakpoint models, of scored models
+    and the path's last lambda."""
+    return _average(path, w, y, s1, s0, real, n_eff, eps)[:4]
+
+
+class _Averaged(NamedTuple):
+    """Pass 2's result and what the derivative of the average needs (per segment of
+    ``_segments``: its model-weight sum ``omega`` over its span and its share ``contrib``
+    of the averaged values of its runs)."""
+
+    acc: jax.Array
+    n_models: jax.Array
+    n_scored: jax.Array
+    lam: jax.Array
+    seg: dict
+    omega: jax.Array
+    contrib: jax.Array
+
+
+def _average(path: _Path, w, y, s1, s0, real, n_eff, eps) -> _Averaged:
+    """Pass 2 (:func:`average_path`), with its segments and model weights."""
     n = w.shape[0]
     log_n = jnp.log(n_eff)
     final = path_values(path, real, path.lam)
@@ -422,4 +443,59 @@ def average_path(path: _Path, w, y, s1, s0, real, n_eff, eps):
         valid, v0 * omega + jnp.where(slope == 0, 0.0, slope * (lam_sum - lam0 * omega)), 0.0
     )
     acc = _span_sums(contrib, seg["run_lo"], seg["run_hi"], valid, n)
-    return acc, n_models, n_scored, path.lam
+    return _Averaged(acc, n_models, n_scored, path.lam, seg, omega, contrib)
+
+
+def enir_average_differentiable(w, y, s1, s0, real, n_eff, eps):
+    r""":func:`_enir_average`'s ``(acc, n_models, n_scored)`` with a derivative of ``acc``
+    in the run weights ``w`` and run mean targets ``y`` (forward and reverse mode).
+
+    ENIR's model selection is not differentiable (its breakpoints and BIC weights change
+    with the data, and the path's structure jumps), so the derivative is that of the
+    selected models: the breakpoint lambdas :math:`\lambda_k`, the model weights
+    :math:`\omega_k` and each model's fused groups held fixed. A group :math:`A` of model
+    :math:`k` has the value :math:`eta_A = (\sum_{r \in A} W_r ar y_r + \lambda_k c_A) /
+    W_A` (:math:`c_A` its count of violating neighbours, signed), so
+
+    .. math::  \dot{\mathrm{acc}}_r = \sum_k \omega_k rac{\sum_{r' \in A_k(r)}
+        ig(W_{r'} \dot{ar y}_{r'} + \dot W_{r'} (ar y_{r'} - eta_{A_k(r)})ig)}
+        {W_{A_k(r)}},
+
+    summed per path segment (a group over its span of models) as pass 2 sums the values.
+    ``s1``, ``s0`` (which enter the BIC only) and ``n_eff`` get no derivative."""
+    avg = _average(
+        trace_path(
+            *(lax.stop_gradient(a) for a in (w, y, s1, s0)), real, jnp.asarray(jnp.inf, y.dtype)
+        ),
+        *(lax.stop_gradient(a) for a in (w, y, s1, s0)),
+        real,
+        n_eff,
+        eps,
+    )
+    return _acc_with_tangent(w, y, avg), avg.n_models, avg.n_scored
+
+
+@jax.custom_jvp
+def _acc_with_tangent(w, y, avg: _Averaged):
+    del w, y
+    return avg.acc
+
+
+@_acc_with_tangent.defjvp
+def _acc_with_tangent_jvp(primals, tangents):
+    w, y, avg = primals
+    dw, dy, _ = tangents
+    n = w.shape[0]
+    seg = avg.seg
+    zero = jnp.zeros(1, w.dtype)
+    prefix = lambda v: jnp.concatenate([zero, jnp.cumsum(v)])  # noqa: E731
+    lo = jnp.clip(seg["run_lo"], 0, n - 1)
+    hi = jnp.clip(seg["run_hi"], lo, n - 1) + 1
+    span = lambda v: (lambda p: p[hi] - p[lo])(prefix(v))  # noqa: E731
+    sw = span(w)
+    sn = span(w * dy + dw * y)  # d(sum W y) over the segment's runs
+    sd = span(dw)
+    ok = seg["valid"] & (sw > 0)
+    # sum_k omega_k (sn - sd beta(lambda_k)) / W_A, with sum_k omega_k beta = contrib
+    tangent = jnp.where(ok, (avg.omega * sn - sd * avg.contrib) / jnp.where(ok, sw, 1), 0.0)
+    return avg.acc, _span_sums(tangent, seg["run_lo"], seg["run_hi"], seg["valid"], n)

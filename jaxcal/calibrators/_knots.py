@@ -16,8 +16,9 @@ from jaxcal import _shapes
 from jaxcal._fitdata import maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._scan import searchsorted
+from jaxcal.calibrators._scaling import ScoreScaling
 
-__all__ = ["interpolate", "padded_knots", "knot_map"]
+__all__ = ["interpolate", "padded_knots", "knot_map", "traced_identity_scaling"]
 
 MIN_KNOTS = 1024  # knot tables of predict programs hold at least this many entries
 
@@ -70,6 +71,8 @@ def _knot_map_core(
         f = knots_y[jnp.clip(idx, 0, knots_x.shape[0] - 1)]
     if out_of_bounds != "clip":  # "nan"; "raise" has raised eagerly, or gives NaN in jit
         f = jnp.where((u < knots_x[0]) | (u > knots_x[-1]), jnp.nan, f)
+    # traced scores are not validated: a non-finite one gets NaN, never an end value
+    f = jnp.where(jnp.isfinite(u), f, jnp.nan)
     return f.astype(jnp.float32) if float32_out else f
 
 
@@ -91,7 +94,8 @@ def knot_map(
 
     Scores beyond the first / last knot get the end values (``out_of_bounds="clip"``), NaN
     (``"nan"``), or raise ``ValueError`` (``"raise"``; NaN for traced scores, which cannot
-    raise). ``float32_out`` rounds the result to float32."""
+    raise). Traced scores are not validated: a non-finite one gets NaN (concrete ones raise
+    ``ValueError``). ``float32_out`` rounds the result to float32."""
     s = maybe_check_scores(scores)
     if out_of_bounds == "raise" and not _shapes.is_traced(s, knots_x):
         _check_in_range(s, knots_x, increasing)
@@ -106,6 +110,12 @@ def knot_map(
         return core(jnp.asarray(s), knots_x, knots_y)
     kx, ky = padded_knots(knots_x, knots_y)
     return _shapes.map_padded(lambda u: core(u, kx, ky), s)
+
+
+def traced_identity_scaling(dtype) -> ScoreScaling:
+    """The identity :class:`~jaxcal.calibrators._scaling.ScoreScaling` of a pure fit (the
+    scores of a traced fit are used as they are, in their dtype: ``c = 0``, ``k = 0``)."""
+    return ScoreScaling(shift=jnp.zeros((), dtype), exponent=jnp.zeros((), jnp.int32))
 
 
 def _check_in_range(s, knots_x, increasing: bool) -> None:

@@ -4,6 +4,12 @@ solver's status) and the estimator (:class:`LinearCalibratorEstimator`: eager va
 padding to size buckets, then the exact fit of :mod:`jaxcal.fitting.linear` or a Bayesian fit
 of :mod:`jaxcal.bayes`). The families themselves (what a map is) live in
 :mod:`jaxcal.families.linear`.
+
+On tracers (inside a caller's ``jit``, ``vmap``, ``grad``, or ``jax.export``) ``fit`` is the
+pure fit (:meth:`LinearCalibratorEstimator._fit_pure`): the same solver in JAX alone, with
+derivatives by implicit differentiation at the KKT point
+(:func:`jaxcal.fitting.linear.kkt_tangent`) and invalid data giving NaN (docs/parametric.md,
+"Inside jit, vmap and grad").
 """
 
 from __future__ import annotations
@@ -17,16 +23,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._fitdata import FitData, maybe_check_scores, prepare_fit_batch
+from jaxcal._fitdata import FitData, PureFitData, maybe_check_scores, poison, prepare_fit_batch
 from jaxcal._jit import jit
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._linear_chunks import fit_chunks
-from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.calibrators._scaling import (
+    ScoreScaling,
+    fit_scaling,
+    identity_scaling,
+    pure_identity_scaling,
+)
 from jaxcal.families.linear import LinearLogitFamily, ScoreRange
-from jaxcal.fitting.linear import default_tol, fit_linear
+from jaxcal.fitting.linear import default_tol, fit_linear, fit_linear_differentiable
 from jaxcal.fitting.solver import SolverStatus, warn_if_not_converged
 
 __all__ = ["LinearLogitCalibrator", "LinearCalibratorEstimator", "coefficient"]
@@ -78,17 +89,22 @@ class LinearLogitCalibrator(FittedCalibrator):
         return self._apply(scores, _logit_jit)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Calibrated probabilities :math:`\\sigma(z)` (same shape as ``scores``)."""
+        """Calibrated probabilities :math:`\\sigma(z)` (same shape as ``scores``).
+
+        Concrete non-finite scores raise ``ValueError``; traced scores (inside ``jit``) give
+        NaN where they are not finite."""
         return self._apply(scores, _predict_jit)
 
     def _apply(self, scores: ArrayLike, fn) -> jax.Array:
         """``fn(self, s')`` through one jitted program per size bucket (``_shapes``), where
         ``s'`` are the transformed scores (``scaling``; in float64 on the host for concrete
-        scores, clipped to the working dtype's finite range)."""
+        scores, clipped to the working dtype's finite range). Traced: in the trace, NaN for
+        non-finite scores."""
         nb = self.theta.ndim - 1
         if is_traced(scores, self):
             s = jnp.asarray(scores, self.theta.dtype)
-            return fn(self, self.scaling.apply(s, batch_ndim=nb).astype(self.theta.dtype))
+            out = fn(self, self.scaling.apply(s, batch_ndim=nb).astype(self.theta.dtype))
+            return jnp.where(jnp.isfinite(s), out, jnp.nan)
         s = self.scaling.apply(maybe_check_scores(scores), batch_ndim=nb)
         s = np.asarray(s, np.dtype(self.theta.dtype))
         if nb == 0:
@@ -205,6 +221,21 @@ class LinearCalibratorEstimator(Calibrator):
             float64, ``1e-9`` in float32).
 
     Subclasses define ``family`` (property), ``fitted_class`` and their own hyperparameters.
+
+    ``fit`` on traced inputs is the pure fit (``_fit_pure``): it runs inside ``jit``, under
+    ``vmap`` (one problem per row) and ``jvp`` / ``grad`` (in the scores, labels, weights and
+    propensities), and exports with ``jax.export``; the same numbers as the eager fit.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> labels = rng.integers(0, 2, 400).astype(float)
+        >>> scores = rng.normal(labels, 1.0)
+        >>> def slope(s):
+        ...     return jaxcal.PlattScaling().fit(s, labels).a
+        >>> grad = jax.grad(slope)(scores)  # implicit derivative at the optimum
+        >>> grad.shape
+        (400,)
     """
 
     l2: float = 0.0
@@ -295,6 +326,34 @@ class LinearCalibratorEstimator(Calibrator):
         theta, ctx, status = self._run(s, data.targets, data.weights)
         warn_if_not_converged(status, type(self).__name__)
         return self._make(theta, ctx, status, scaling)
+
+    def _fit_pure(self, data: PureFitData) -> LinearLogitCalibrator:
+        """The pure fit (``Calibrator.fit_pure``): the exact fit of :meth:`_fit` in JAX, in
+        the scores' dtype, with no score transform (the identity ``scaling``) and never the
+        compiled kernel.
+
+        The discriminative coefficients are differentiated implicitly at the KKT point
+        (:func:`jaxcal.fitting.linear.fit_linear_differentiable`); the generative ones by
+        JAX through their closed forms. The checks of :meth:`_fit` that depend on values
+        (the family's domain, e.g. scores in (0, 1) for ``BetaCalibration(rescale="none")``;
+        at least two distinct scores; targets in [0, 1] for a generative fit) poison the
+        result with NaN instead of raising."""
+        family = self.family
+        s, t, w = data.scores, data.targets, data.weights
+        dtype = s.dtype
+        invalid = family.invalid_scores(s, w)
+        if self.method == "generative":
+            invalid = invalid | jnp.any((t > 1) & (w > 0))
+            theta, ctx, status = fit_linear(
+                family, s, t, w, jnp.asarray(self.l2, dtype), None, None, method="generative"
+            )
+        else:
+            tol = default_tol(dtype) if self.tol is None else self.tol
+            theta, ctx, status = fit_linear_differentiable(
+                family, s, t, w, l2=self.l2, max_iter=int(self.max_iter), tol=tol
+            )
+        fitted = self._make(theta, ctx, status, pure_identity_scaling(dtype))
+        return poison(fitted, invalid)
 
     def fit_batch(
         self,

@@ -28,6 +28,7 @@ __all__ = [
     "to_logit_host",
     "training_loss",
     "init_params",
+    "quantile_knots",
     "train",
 ]
 
@@ -164,6 +165,7 @@ def init_params(knots, key, *, monotone, n_rows, n_fields, embedding_dim, hidden
         "embedding_dim",
         "hidden",
         "key_impl",
+        "eps_root",
     ),
 )
 def train(
@@ -188,11 +190,16 @@ def train(
     embedding_dim: int,
     hidden: tuple[int, ...],
     key_impl: str | None,
+    eps_root: float = 0.0,
 ):
-    """Initialise and train. The data hold ``n`` real rows, then zero-weight padding (never
+    r"""Initialise and train. The data hold ``n`` real rows, then zero-weight padding (never
     drawn into a minibatch); ``knots`` the ``n_knots`` real knots, then copies of the last
     (no gradient reaches their values: see ``piecewise_linear`` and ``training_loss``).
     ``key`` is a key's raw data, of the PRNG ``key_impl`` (``None``: a raw legacy key).
+    ``eps_root``: Adam's :math:`\epsilon` under the square root of the second moment (0 in
+    the estimator; the pure fit takes the dtype's smallest normal number, which leaves
+    every step's value unchanged but keeps the derivative of the square root finite where
+    a gradient is exactly zero, so that ``jvp`` / ``grad`` through the loop are not NaN).
     Returns the parameters, the knot values ``b`` and the objective trace."""
     if key_impl is not None:
         key = jax.random.wrap_key_data(key, impl=key_impl)
@@ -207,7 +214,7 @@ def train(
     )
     key = jax.random.fold_in(key, 1)
     schedule = optax.cosine_decay_schedule(learning_rate, n_steps, alpha=1e-3)
-    opt = optax.adam(schedule)
+    opt = optax.adam(schedule, eps_root=eps_root)
 
     def loss(p, idx):
         f = fields[idx] if use_fields else None
@@ -227,3 +234,30 @@ def train(
 
     (params, _), trace = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(n_steps))
     return params, _values(params["u"], monotone), trace
+
+
+def quantile_knots(logits: jax.Array, weights: jax.Array, n_knots: int):
+    """The knots of the estimator in JAX, for the pure fit: ``np.unique(np.quantile(
+    logits[weights > 0], np.linspace(0, 1, n_knots)))`` (NumPy's linear interpolation,
+    its rounding included), as ``([n_knots] knots, count)``: the ``count`` distinct knots
+    first, then copies of the last (padding that ``piecewise_linear`` never reaches)."""
+    dtype = logits.dtype
+    keep = weights > 0
+    ss = jnp.sort(jnp.where(keep, logits, jnp.inf))  # the kept logits first
+    m = jnp.sum(keep.astype(jnp.int32))
+    q = np.linspace(0.0, 1.0, n_knots)
+    virtual = jnp.asarray(q, dtype) * (jnp.maximum(m, 1) - 1).astype(dtype)
+    below = jnp.floor(virtual)
+    gamma = (virtual - below).astype(dtype)
+    i = below.astype(jnp.int32)
+    a = ss[jnp.clip(i, 0, logits.shape[0] - 1)]
+    b = ss[jnp.clip(jnp.minimum(i + 1, m - 1), 0, logits.shape[0] - 1)]
+    diff = b - a
+    quant = jnp.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    quant = jnp.where(gamma == 0, a, quant)
+    new = jnp.concatenate([jnp.ones(1, bool), quant[1:] != quant[:-1]])
+    at = jnp.cumsum(new.astype(jnp.int32)) - 1
+    count = at[-1] + 1
+    knots = jnp.zeros(n_knots, dtype).at[at].set(quant)
+    knots = jnp.where(jnp.arange(n_knots) < count, knots, knots[count - 1])
+    return knots, count

@@ -63,6 +63,7 @@ from jaxcal._validation import distinct_sorted, warn_precision_loss
 __all__ = [
     "ScoreScaling",
     "identity_scaling",
+    "pure_identity_scaling",
     "fit_scaling",
     "working_dtype",
     "ARITHMETIC",
@@ -136,6 +137,13 @@ def _expand(x, batch_ndim: int, ndim: int):
 def identity_scaling(batch_shape: tuple[int, ...] = ()) -> ScoreScaling:
     """The identity transform (``c = 0``, ``k = 0``) in the working dtype."""
     return _identity(tuple(batch_shape), working_dtype().name)
+
+
+def pure_identity_scaling(dtype) -> ScoreScaling:
+    """The identity transform as JAX arrays (``c = 0`` in ``dtype``, ``k = 0``), made inside
+    the caller's trace: the scaling of the pure fits, which do no host work (their scores
+    are used as they are, in their own dtype)."""
+    return ScoreScaling(shift=jnp.zeros((), dtype), exponent=jnp.zeros((), jnp.int32))
 
 
 _IDENTITY_IDS: set[int] = set()  # ids of the cached identities below, never freed

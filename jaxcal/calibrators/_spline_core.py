@@ -45,6 +45,7 @@ gradient and Hessian of the loss are sums of 4 and 10 numbers per row by interva
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -64,6 +65,8 @@ __all__ = [
     "penalised_objective",
     "fit_spline_cv",
     "fit_spline_cv_jit",
+    "fit_spline_cv_differentiable",
+    "penalised_tangent",
 ]
 
 _ARMIJO = 1e-4
@@ -449,3 +452,102 @@ def fit_spline_cv_jit(*args, n_folds: int, monotone: bool, cross_validate: bool)
     work = n * L * (n_folds if cross_validate else 1)
     fn = _fit_optimised if work >= LARGE_BATCH else _fit_quick
     return fn(*args, n_folds=n_folds, monotone=monotone, cross_validate=cross_validate)
+
+
+# ----------------------------------------------------------------- derivatives of the fit
+def _pack_status(best, status: SplineStatus, dtype) -> jax.Array:
+    return jnp.stack(
+        [
+            jnp.asarray(best).astype(dtype),
+            status.converged.astype(dtype),
+            jnp.reshape(status.iterations, ()).astype(dtype),
+            status.kkt_residual.astype(dtype),
+            status.cv_converged.astype(dtype),
+        ]
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _fit_differentiable(spec, knots, x, targets, weights, folds, penalties):
+    n_folds, monotone, cross_validate, max_iter, tol = spec
+    dt = x.dtype
+    theta, cv_loss, best, status = fit_spline_cv(
+        knots,
+        x,
+        targets,
+        weights,
+        folds,
+        penalties,
+        jnp.asarray(max_iter, jnp.int32),
+        jnp.asarray(tol, dt),
+        n_folds=n_folds,
+        monotone=monotone,
+        cross_validate=cross_validate,
+    )
+    return theta, cv_loss, _pack_status(best, status, dt)
+
+
+@_fit_differentiable.defjvp
+def _fit_differentiable_jvp(spec, primals, tangents):
+    knots, x, targets, weights, _, penalties = primals
+    theta, cv_loss, packed = _fit_differentiable(spec, *primals)
+    penalty = penalties[packed[0].astype(jnp.int32)]
+    monotone = spec[1]
+    dtheta = penalised_tangent(theta, penalty, monotone, (knots, x, targets, weights), tangents[:4])
+    return (theta, cv_loss, packed), (dtheta, jnp.zeros_like(cv_loss), jnp.zeros_like(packed))
+
+
+def penalised_tangent(theta, penalty, monotone: bool, primals: tuple, tangents: tuple):
+    r"""The derivative of the optimum ``theta`` of :func:`penalised_objective` at a fixed
+    ``penalty`` along ``tangents`` of ``primals = (knots, x, targets, weights)`` (knots and
+    rows in x units), by the implicit function theorem at the KKT point: the coefficients at
+    their bound (``monotone``: :math:`\theta_k = 0`, ``k >= 1``) stay there, the free ones
+    solve :math:`H_{FF}\dot\theta_F = -\partial_d g_F\,\dot d` with :math:`g` the gradient
+    and :math:`H` the Hessian of the objective in :math:`\theta`."""
+    theta = lax.stop_gradient(theta)
+    K = theta.shape[0]
+
+    def grad(th, knots, x, t, w):
+        return jax.grad(penalised_objective, argnums=1)(knots, th, x, t, w, penalty)
+
+    H = jax.jacfwd(grad)(theta, *primals)
+    _, rhs = jax.jvp(lambda *d: grad(theta, *d), primals, tangents)
+    held = (jnp.arange(K) > 0) & (theta <= 0) if monotone else jnp.zeros(K, bool)
+    both = ~held[:, None] & ~held[None, :]
+    Hf = jnp.where(both, H, 0.0) + jnp.diag(jnp.where(held, 1.0, 0.0))
+    return -jnp.linalg.solve(Hf, jnp.where(held, 0.0, rhs))
+
+
+def fit_spline_cv_differentiable(
+    knots,
+    x,
+    targets,
+    weights,
+    folds,
+    penalties,
+    *,
+    max_iter: int,
+    tol: float,
+    n_folds: int,
+    monotone: bool,
+    cross_validate: bool,
+):
+    """:func:`fit_spline_cv` (one program in the caller's trace) with derivatives in
+    ``knots``, ``x``, ``targets`` and ``weights``: ``(theta, cv_loss, best, status)``.
+
+    ``theta`` is differentiated implicitly at the KKT point of the refit, at the chosen
+    penalty (:func:`penalised_tangent`), never through the Newton iterations. The choice of
+    the penalty by cross-validation is piecewise constant in the data (an ``argmin`` over the
+    grid): the derivative is the one at the chosen penalty, and ``cv_loss`` and the status
+    carry none. ``max_iter`` and ``tol`` are Python numbers (static).
+    """
+    spec = (int(n_folds), bool(monotone), bool(cross_validate), int(max_iter), float(tol))
+    theta, cv_loss, packed = _fit_differentiable(spec, knots, x, targets, weights, folds, penalties)
+    packed = lax.stop_gradient(packed)
+    status = SplineStatus(
+        converged=packed[1] > 0.5,
+        iterations=packed[2].astype(jnp.int32),
+        kkt_residual=packed[3],
+        cv_converged=packed[4] > 0.5,
+    )
+    return theta, lax.stop_gradient(cv_loss), packed[0].astype(jnp.int32), status

@@ -64,7 +64,15 @@ from jaxcal._jit import jit
 from jaxcal._native import va_tables_cpu, venn_abers_cpu_available
 from jaxcal.fitting.isotonic import eager_kernel
 
-__all__ = ["VennAbersTables", "fit_tables", "va_tables", "va_lookup"]
+__all__ = [
+    "VennAbersTables",
+    "fit_tables",
+    "fit_tables_pure",
+    "va_tables",
+    "va_tables_pure",
+    "va_lookup",
+    "stratified_folds_pure",
+]
 
 
 class VennAbersTables(NamedTuple):
@@ -115,15 +123,17 @@ def _hull_next(W, Y, last):
     return lax.fori_loop(0, n, point, (zeros, jnp.int32(0), zeros))[2]
 
 
-def _sweep(W, Y, omega, first, last, nxt):
-    """:math:`p_1` at every point (the test point joining the next run; 1 at a problem's
+def _sweep(W, Y, omega, first, last, nxt, *, indices: bool = False):
+    r""":math:`p_1` at every point (the test point joining the next run; 1 at a problem's
     last point): the bridge resets of the module docstring, with the tangent pointer
-    walking right along ``nxt``."""
+    walking right along ``nxt``. ``indices``: return instead the bridge of every point,
+    ``(anchor, tangent)``: :math:`p_1 = (Y_b - Y_a + \omega) / (W_b - W_a + \omega)` with
+    ``a`` the last reset point and ``b`` its tangent point (:func:`_label_one_pure`)."""
     n = W.shape[0]
     one = jnp.ones((), W.dtype)
 
     def point(k, carry):
-        aw, ay, slope, b, out = carry
+        aw, ay, slope, b, out = carry[:5]
         wk, yk = W[k], Y[k]
         reset = first[k] | (yk - ay < slope * (wk - aw))
         xw, xy = wk - omega[k], yk - omega[k]  # P_k - (omega, omega)
@@ -140,11 +150,18 @@ def _sweep(W, Y, omega, first, last, nxt):
         slope = jnp.where(last[k], one, jnp.where(reset, tangent, slope))
         b = jnp.where(reset, b_new, b)
         aw, ay = jnp.where(reset, wk, aw), jnp.where(reset, yk, ay)
-        return aw, ay, slope, b, out.at[k].set(slope)
+        if not indices:
+            return aw, ay, slope, b, out.at[k].set(slope)
+        a, anchor, tangent = carry[5:]
+        a = jnp.where(reset, k, a)
+        return aw, ay, slope, b, out, a, anchor.at[k].set(a), tangent.at[k].set(b)
 
     zero = jnp.zeros((), W.dtype)
     init = (zero, zero, zero, jnp.int32(0), jnp.zeros_like(W))
-    return lax.fori_loop(0, n, point, init)[4]
+    if not indices:
+        return lax.fori_loop(0, n, point, init)[4]
+    none = jnp.zeros(n, jnp.int32)
+    return lax.fori_loop(0, n, point, (*init, jnp.int32(0), none, none))[6:]
 
 
 def _csd(inc_w, inc_y, first, last):
@@ -169,6 +186,32 @@ def _csd(inc_w, inc_y, first, last):
 
 def _label_one(W, Y, omega, first, last):
     return _sweep(W, Y, omega, first, last, _hull_next(W, Y, last))
+
+
+def _label_one_pure(W, Y, omega, first, last):
+    r""":func:`_label_one` with exact derivatives: the sweeps find every point's bridge
+    ``(a, b)`` on the values alone (``stop_gradient``: which points bridge is piecewise
+    constant in the data), then :math:`p_1 = (Y_b - Y_a + \omega_a) / (W_b - W_a +
+    \omega_a)` is evaluated on the differentiable ``W``, ``Y`` and ``omega``. Reverse mode
+    then needs no derivative of the loops."""
+    Wc, Yc = lax.stop_gradient(W), lax.stop_gradient(Y)
+    a, b = _sweep(Wc, Yc, omega, first, last, _hull_next(Wc, Yc, last), indices=True)
+    slope = (Y[b] - Y[a] + omega[a]) / (W[b] - W[a] + omega[a])
+    return jnp.where(last, jnp.ones((), W.dtype), slope)
+
+
+def va_tables_pure(inc_w, inc_y, omega, first, last):
+    """:func:`va_tables` in JAX alone, differentiable: the portable sweeps (never the
+    compiled kernel), with the tables evaluated from each point's bridge
+    (:func:`_label_one_pure`), so that ``jvp`` / ``grad`` with respect to the increments
+    and ``omega`` are exact wherever the bridges do not change (everywhere but on a set of
+    measure zero of the data: ties of slopes). Same arguments and result as
+    :func:`va_tables`; runs inside ``jit``, ``vmap`` and ``jax.export``."""
+    W, Y, rem_w, rem_y = _csd(inc_w, inc_y, first, last)
+    p1 = _label_one_pure(W, Y, omega, first, last)
+    rev = lambda a: a[::-1]  # noqa: E731
+    mirror = _label_one_pure(rev(rem_w), rev(rem_w - rem_y), rev(omega), rev(last), rev(first))
+    return 1 - rev(mirror), p1
 
 
 @functools.partial(jit, static_argnames=("kernel",), xla_defaults=True)
@@ -372,3 +415,85 @@ def fit_tables(
         run_start=jax.device_put(_shapes.pad_axis(run_start, p_size, 0).astype(np.int32)),
         run_count=jax.device_put(_shapes.pad_axis(counts, p_size, 0).astype(np.int32)),
     )
+
+
+def fit_tables_pure(
+    scores: jax.Array,
+    labels: jax.Array,
+    weights: jax.Array,
+    problem: jax.Array,
+    n_problems: int,
+) -> VennAbersTables:
+    """:func:`fit_tables` in JAX alone (no host sort, no padding to buckets, no compiled
+    kernel): it runs on tracers, inside ``jit``, ``vmap``, ``grad`` and ``jax.export``.
+
+    The ``n`` points are sorted by (zero weight last, problem, score) and pooled into runs
+    of tied scores in the program; the tables have fixed sizes: ``edges`` ``[n]`` (the
+    ``R <= n`` runs, then zeros), ``p0``, ``p1`` ``[n + P]`` (the ``R + P`` points of the
+    flat layout, then empty problems), ``run_start``, ``run_count`` ``[P]``. The values of
+    the tables are those of :func:`fit_tables`, and are differentiable in the labels and
+    weights (:func:`va_tables_pure`).
+
+    Args:
+        scores, labels, weights: ``[n]`` arrays of one float dtype (labels 0/1, weights
+            non-negative: zero-weight points are left out).
+        problem: ``[n]`` integer problem codes in ``[0, n_problems)``.
+        n_problems: ``P`` (static).
+
+    Returns:
+        The tables of the ``P`` problems, in the scores' dtype.
+    """
+    n, dtype = scores.shape[0], scores.dtype
+    P = int(n_problems)
+    problem = jnp.asarray(problem).astype(jnp.int32)
+    pos = weights > 0
+    order = jnp.lexsort((scores, problem, ~pos))  # positive weights first
+    ss, yy, ww, pp, ok = scores[order], labels[order], weights[order], problem[order], pos[order]
+    idx = jnp.arange(n, dtype=jnp.int32)
+    differs = (ss[1:] != ss[:-1]) | (pp[1:] != pp[:-1])
+    new = ok & jnp.concatenate([jnp.ones(1, bool), differs])
+    run = jnp.cumsum(new.astype(jnp.int32)) - 1
+    n_runs = jnp.sum(new.astype(jnp.int32))
+    run_id = jnp.where(ok, run, n)  # out of range: dropped
+    rw = jax.ops.segment_sum(ww, run_id, num_segments=n)
+    ry = jax.ops.segment_sum(ww * yy, run_id, num_segments=n)
+    edges = jnp.zeros(n, dtype).at[run_id].set(ss, mode="drop")
+    run_prob = jnp.full(n, P, jnp.int32).at[run_id].set(pp, mode="drop")
+    by_problem = jnp.where(ok, pp, P)
+    counts = jax.ops.segment_sum(new.astype(jnp.int32), by_problem, num_segments=P)
+    n_points_of = jax.ops.segment_sum(ok.astype(dtype), by_problem, num_segments=P)
+    sum_w = jax.ops.segment_sum(ww, by_problem, num_segments=P)
+    omega = jnp.where(n_points_of > 0, sum_w / jnp.maximum(n_points_of, 1), 1.0)
+    run_start = jnp.cumsum(counts) - counts
+    size = n + P
+    p_start = run_start + jnp.arange(P, dtype=jnp.int32)  # P_0 of each problem
+    p_end = p_start + counts
+    used = n_runs + P
+    at = jnp.where(idx < n_runs, idx + 1 + run_prob, size)  # runs past P_0 of their problem
+    inc_w = jnp.zeros(size, dtype).at[at].set(rw, mode="drop")
+    inc_y = jnp.zeros(size, dtype).at[at].set(ry, mode="drop")
+    point = jnp.arange(size, dtype=jnp.int32)
+    padding = point >= used
+    first = jnp.zeros(size, bool).at[p_start].set(True) | padding
+    last = jnp.zeros(size, bool).at[p_end].set(True) | padding
+    point_problem = jnp.clip(jnp.searchsorted(p_start, point, side="right") - 1, 0, P - 1)
+    omega_at = jnp.where(padding, jnp.ones((), dtype), omega[point_problem])
+    p0, p1 = va_tables_pure(inc_w, inc_y, omega_at, first, last)
+    return VennAbersTables(
+        edges=edges, p0=p0, p1=p1, run_start=run_start.astype(jnp.int32), run_count=counts
+    )
+
+
+def stratified_folds_pure(labels: jax.Array, k: int, seed: int) -> jax.Array:
+    """The fold ids of ``jaxcal.calibrators.venn_abers._stratified_folds`` for one problem,
+    with traced labels: the random order within each label is a permutation of the
+    positions drawn on the host from ``seed`` (it depends on ``n`` and ``seed`` only, both
+    static), so the folds are those of the eager fit for the same seed."""
+    n = labels.shape[0]
+    key = jnp.asarray(np.random.default_rng(seed).permutation(n))
+    order = jnp.lexsort((key, labels))
+    ls = labels[order]
+    idx = jnp.arange(n)
+    new = jnp.concatenate([jnp.ones(1, bool), ls[1:] != ls[:-1]])
+    start = lax.cummax(jnp.where(new, idx, 0))
+    return jnp.zeros(n, jnp.int32).at[order].set(((idx - start) % k).astype(jnp.int32))

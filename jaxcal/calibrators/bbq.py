@@ -36,6 +36,19 @@ Loss-weighted targets enter the Beta-binomial counts as weighted sums: bin :math
 (:math:`t_i = Y_i / \omega_i`) a click counts :math:`1/\omega_i` times; the clip acts per
 bin, not per sample (a per-sample clip would turn IPS back into the naive fit).
 
+**Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``), ``fit``
+is the pure fit (:meth:`~jaxcal.calibrators.Calibrator.fit_pure`): the set of models depends
+on ``N`` alone, a static shape, so all of them are scored at once as above, and the ensemble
+table is built in the program over all ``N`` sorted training scores (``table_edges`` has
+``N`` entries, a position without an edge repeating the value before it) instead of the
+distinct edges. The numbers are the eager fit's. With ``score_scale="auto"`` the choice of
+scale is made in the program (per problem under ``vmap``); ``logit_scale``, a static field,
+then reads ``False``. The posterior means, the marginal likelihoods and the weights are
+smooth in the targets and weights (``N_b``, ``m_b`` are sums), so ``jvp`` / ``grad`` with
+respect to the labels, propensities and weights are exact away from the clip
+:math:`m_b \le N_b`; the dependence on the training scores goes through the bins (piecewise
+constant: zero derivative) and through the prior's bin mid scores (smooth).
+
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
@@ -57,7 +70,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import FitData
+from jaxcal._fitdata import FitData, PureFitData, poison
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._scan import cummax, cumsum, presort
@@ -68,6 +81,7 @@ from jaxcal.calibrators._scaling import (
     _ldexp_traced,
     fit_scaling,
     identity_scaling,
+    pure_identity_scaling,
 )
 from jaxcal.calibrators.histogram import step_map
 
@@ -148,8 +162,15 @@ def _model_layout(n_bins: np.ndarray, n: int, size: int) -> _Layout:
     )
 
 
-@functools.partial(jit, static_argnames=("logit_scale", "presorted"))
-def _bins(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
+def _pick(logit_scale, if_logit, if_probability):
+    """``if_logit`` or ``if_probability``: by Python for a static scale, by ``jnp.where``
+    for a traced one (the pure fit with ``score_scale="auto"``)."""
+    if isinstance(logit_scale, bool):
+        return if_logit if logit_scale else if_probability
+    return jnp.where(logit_scale, if_logit, if_probability)
+
+
+def _bins_core(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     """Every bin of every model: its weighted count :math:`N_b`, positives :math:`m_b`,
     lower edge and mid score (in the transformed scores :math:`s'`, see ``_posterior``).
 
@@ -172,8 +193,8 @@ def _bins(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     # points below ss[i]: the first position of its tie run
     new_run = jnp.concatenate([jnp.ones(1, bool), ss[1:] != ss[:-1]])
     run_start = cummax(jnp.where(new_run, jnp.arange(ss.shape[0]), 0))
-    lo_all = ss[0] if logit_scale else unit[0]
-    hi_all = ss[n - 1] if logit_scale else unit[1]
+    lo_all = _pick(logit_scale, ss[0], unit[0])
+    hi_all = _pick(logit_scale, ss[n - 1], unit[1])
     cut_lo = jnp.where(layout.has_lo, run_start[layout.pos_lo], 0)  # points below each edge
     cut_hi = jnp.where(layout.has_hi, run_start[layout.pos_hi], n)
     N_b = cw[cut_hi] - cw[cut_lo]
@@ -183,8 +204,10 @@ def _bins(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     return ss, N_b, m_b, lo, mid
 
 
-@functools.partial(jit, static_argnames=("n_slots", "logit_scale"), optimize=True)
-def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logit_scale):
+_bins = functools.partial(jit, static_argnames=("logit_scale", "presorted"))(_bins_core)
+
+
+def _posterior_core(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logit_scale):
     r"""Each bin's posterior mean ``theta`` and each model's BDeu log marginal likelihood
     (module docstring) and normalised log weight, over ``n_slots`` model slots (``-inf``
     past the ``m`` models).
@@ -197,7 +220,7 @@ def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logi
     slower).
     """
     mid = _ldexp_traced(mid + scaling.shift.astype(mid.dtype), scaling.exponent)  # a score
-    p = jax.nn.sigmoid(mid) if logit_scale else mid
+    p = _pick(logit_scale, jax.nn.sigmoid(mid), mid)
     p = jnp.clip(p, 1e-6, 1.0 - 1e-6)  # keep the Beta prior proper at 0 / 1
     a0 = ess / layout.n_bins.astype(mid.dtype)
     alpha, beta = a0 * p, a0 * (1.0 - p)
@@ -212,6 +235,25 @@ def _posterior(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logi
     )
     log_ml = jnp.where(jnp.arange(n_slots) < m, log_ml, -jnp.inf)
     return theta, log_ml, log_ml - jax.nn.logsumexp(log_ml)
+
+
+_posterior = functools.partial(jit, static_argnames=("n_slots", "logit_scale"), optimize=True)(
+    _posterior_core
+)
+
+
+def _ensemble_table_pure(theta, log_weight, layout: _Layout, n: int):
+    """:func:`_ensemble_table` in JAX, for the pure fit: the average right of each of the
+    ``n`` sorted positions and left of them all, ``(values [n], base)``. Every sorted
+    training score is a table edge (the positions without a model edge repeat the value
+    before them), so that the table has the fixed size ``n``."""
+    weight = jnp.exp(log_weight[layout.model])
+    inner = layout.has_lo
+    jump = weight * (theta - jnp.concatenate([theta[:1], theta[:-1]]))
+    base = jnp.sum(jnp.where(inner, 0.0, weight * theta))
+    at = np.where(inner, layout.pos_lo, n)  # outer bins: dropped by the segment sum
+    diff = jax.ops.segment_sum(jnp.where(inner, jump, 0.0), at, num_segments=n)
+    return base + cumsum(diff), base
 
 
 def _ensemble_table(
@@ -265,7 +307,9 @@ class FittedBBQ(FittedCalibrator):
         n_bins: ``[M]`` bin count of each model.
         table_edges: ``[T]`` the distinct edges of all models, sorted, then ``+inf`` (the
             ``K <= N`` edges padded to the bucket size of the ``N`` training points, see
-            ``jaxcal._shapes``, so that ``predict`` compiles once per bucket).
+            ``jaxcal._shapes``, so that ``predict`` compiles once per bucket). After the
+            pure fit (inside ``jit``): ``[N]``, all sorted training scores (module
+            docstring).
         table_values: ``[T + 1]`` the posterior-weighted average of the models between
             consecutive table edges (``table_values[j]`` right of the first ``j`` edges; the
             last value repeated over the padding): what ``predict`` evaluates, in
@@ -372,3 +416,53 @@ class BBQ(Calibrator):
             logit_scale=logit,
             scaling=scaling,
         )
+
+    def _fit_pure(self, d: PureFitData) -> FittedBBQ:
+        """The pure fit: every model of the ``N`` points at once (exact pair layout, no
+        padding), the ensemble table over the ``N`` sorted scores, in the scores' dtype."""
+        s = d.scores
+        n, dtype = s.shape[0], s.dtype
+        in_unit = jnp.all((s >= 0) & (s <= 1))
+        refused = jnp.zeros((), bool)
+        if self.score_scale == "probability":
+            logit, refused = False, ~in_unit
+        elif self.score_scale == "logit":
+            logit = True
+        else:
+            logit = ~in_unit
+        n_bins = bbq_bin_counts(n, float(self.c))
+        m, b_max, n_pairs = n_bins.shape[0], int(n_bins[-1]), int(n_bins.sum())
+        layout = _model_layout(n_bins, n, n_pairs)
+        scaling = pure_identity_scaling(dtype)
+        ss, N_b, m_b, lo, mid = _bins_core(
+            s,
+            d.targets,
+            d.weights,
+            n,
+            layout,
+            jnp.array([0.0, 1.0], dtype),
+            logit_scale=logit,
+            presorted=False,
+        )
+        ess = jnp.asarray(self.equivalent_sample_size, dtype)
+        theta, log_ml, log_w = _posterior_core(
+            N_b, m_b, mid, layout, m, ess, scaling, n_slots=m, logit_scale=logit
+        )
+        values, base = _ensemble_table_pure(theta, log_w, layout, n)
+        model, bin_index = layout.model, layout.bin_index
+        inner = bin_index > 0
+        theta_mb = jnp.zeros((m, b_max), dtype).at[model, bin_index].set(theta)
+        edges_mb = jnp.full((m, b_max - 1), jnp.inf, dtype)
+        edges_mb = edges_mb.at[model[inner], bin_index[inner] - 1].set(lo[inner])
+        fitted = FittedBBQ(
+            edges=edges_mb,
+            theta=theta_mb,
+            log_marginal_likelihood=log_ml,
+            log_weight=log_w,
+            n_bins=jnp.asarray(n_bins),
+            table_edges=ss,
+            table_values=jnp.concatenate([base[None], values]),
+            logit_scale=self.score_scale == "logit",
+            scaling=scaling,
+        )
+        return poison(fitted, refused)

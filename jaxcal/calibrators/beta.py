@@ -123,6 +123,17 @@ class BetaFamily(LinearLogitFamily):
                     "float64 (jax.config.update('jax_enable_x64', True))."
                 )
 
+    def invalid_scores(self, scores: jax.Array, weights: jax.Array) -> jax.Array:
+        invalid = super().invalid_scores(scores, weights)
+        if self.rescale == "none":
+            pos = weights > 0
+            eps = jnp.finfo(scores.dtype).eps
+            clipped = jnp.clip(scores, eps, 1 - eps)
+            lo = jnp.min(jnp.where(pos, clipped, jnp.inf))
+            hi = jnp.max(jnp.where(pos, clipped, -jnp.inf))
+            invalid = invalid | jnp.any(pos & ((scores <= 0) | (scores >= 1))) | ~(lo < hi)
+        return invalid
+
 
 @pytree_dataclass
 class FittedBeta(LinearLogitCalibrator):

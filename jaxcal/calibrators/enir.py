@@ -63,6 +63,14 @@ to ``n = 1e6``, because the ``K log N`` term grows with ``N``; with IPS targets 
 looser (thousands of breakpoints at ``1e6``), which ``T`` absorbs. See
 docs/nonparametric.md.
 
+On tracers (inside a caller's ``jit``, ``vmap``, ``grad``, ``jax.export``) ``ENIR.fit`` is
+the pure fit: the runs found in JAX and the JAX passes (never the kernel), knots ``[n]``
+padded by repeating the last run. Its derivative in the scores is exact (the values depend
+on the order of the scores only; the knots move with them); in the targets and weights the
+model selection is not differentiable, and the derivative is that of the selected models:
+breakpoint lambdas, BIC weights and fused groups held fixed
+(``_enir_path.enir_average_differentiable``).
+
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
@@ -79,18 +87,25 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import FitData
+from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._jit import jit
 from jaxcal._native import enir_cpu_available, enir_fit_cpu, near_isotonic_cpu
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._enir_path import average_path, path_values, trace_path
-from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._enir_path import (
+    average_path,
+    enir_average_differentiable,
+    path_values,
+    trace_path,
+)
+from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.fitting.pav import clip_to_bounds
 
 __all__ = ["ENIR", "FittedENIR", "near_isotonic_regression"]
 
@@ -232,6 +247,44 @@ class ENIR(Calibrator):
     def _check_hyperparameters(self) -> None:
         if not (0.0 < self.eps < 0.5):
             raise ValueError(f"eps must lie in (0, 0.5); got {self.eps!r}.")
+
+    def _fit_pure(self, d: PureFitData) -> FittedENIR:
+        """The pure fit (``jaxcal.calibrators._base``): the runs of the points with positive
+        weight found in JAX (one sort), then the JAX passes of ``_enir_path`` (never the
+        compiled kernel); knots ``[n]``, padded by repeating the last run. Differentiable
+        in the scores (the knots' positions), and in the targets and weights with the
+        model selection held fixed (``_enir_path.enir_average_differentiable``)."""
+        s, t, w = d.scores, d.targets, d.weights
+        n = s.shape[0]
+        positive = w > 0
+        order = jnp.lexsort((lax.stop_gradient(s), ~positive))  # positive weight first
+        ss, ts, ws, ps = s[order], t[order], w[order], positive[order]
+        new = ps & jnp.concatenate([jnp.ones(1, bool), ss[1:] != ss[:-1]])
+        run = jnp.where(ps, jnp.cumsum(new) - 1, n)  # zero-weight points: no run
+        n_runs = jnp.sum(new)
+        seg = lambda v: jax.ops.segment_sum(v, run, num_segments=n)  # noqa: E731
+        W = seg(ws)
+        y = jnp.where(W > 0, seg(ws * ts) / jnp.where(W > 0, W, 1), 0.0)
+        tc = jnp.clip(ts, 0.0, 1.0)
+        real = jnp.arange(n) < n_runs
+        acc, n_models, n_scored = enir_average_differentiable(
+            W,
+            y,
+            seg(ws * tc),
+            seg(ws * (1.0 - tc)),
+            real,
+            jnp.sum(positive).astype(s.dtype),
+            jnp.asarray(self.eps, s.dtype),
+        )
+        xs = jnp.zeros(n, s.dtype).at[jnp.where(new, run, n)].set(ss, mode="drop")
+        last = jnp.minimum(jnp.arange(n), jnp.maximum(n_runs - 1, 0))
+        return FittedENIR(
+            knots_x=xs[last],
+            knots_y=clip_to_bounds(acc, 0.0, 1.0)[last],
+            n_models=n_models,
+            n_scored=n_scored,
+            scaling=traced_identity_scaling(s.dtype),
+        )
 
     def _fit(self, d: FitData) -> FittedENIR:
         """Trace the path and BIC-average its breakpoint models (the CPU kernel, or the

@@ -121,6 +121,12 @@ class GammaFamily(LinearLogitFamily):
                 "scores (e.g. standardise them) or use a larger shift."
             )
 
+    def invalid_scores(self, scores: jax.Array, weights: jax.Array) -> jax.Array:
+        ctx = self.context(scores, weights)
+        shifted = scores - ctx.lo + self.delta(ctx)
+        bad = ~(jnp.isfinite(shifted) & (shifted > 0))
+        return super().invalid_scores(scores, weights) | jnp.any((weights > 0) & bad)
+
     def generative(self, scores, targets, weights, ctx):
         model = GammaScoreModel()
         s = self.transform(scores, ctx)

@@ -15,6 +15,16 @@ prior (the base rate) this keeps a monotone histogram monotone, and it equals th
 limit of the weighted mean as the bin is widened to its neighbour. Scores beyond the
 training range fall in the first or last bin.
 
+**Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``),
+``fit`` is the pure fit (:meth:`~jaxcal.calibrators.Calibrator.fit_pure`): the same edges
+and bin values from the same program, on the caller's shapes and dtype, with no host work.
+The bin values are smooth functions of the targets and weights (a weighted mean per bin),
+so ``jvp`` / ``grad`` with respect to the labels, propensities and weights are exact (a
+filled empty bin follows the bin it copies; a value clipped at 0 or 1, as under IPS
+targets, is where the map has a kink). The dependence on the training scores is piecewise constant
+(which bin a score falls in): its derivative is zero, and so is the derivative of
+``predict`` with respect to its scores.
+
 Example:
     >>> import jaxcal, numpy as np
     >>> s = np.array([0.1, 0.2, 0.6, 0.9]); y = np.array([0, 1, 1, 1])
@@ -33,12 +43,18 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import FitData, maybe_check_scores
+from jaxcal._fitdata import FitData, PureFitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._scan import presort, searchsorted
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.calibrators._scaling import (
+    ORDER,
+    ScoreScaling,
+    fit_scaling,
+    identity_scaling,
+    pure_identity_scaling,
+)
 
 __all__ = ["HistogramBinning", "FittedHistogram", "histogram_edges", "fill_empty_bins"]
 
@@ -97,10 +113,13 @@ def _step_map_core(scores, edges, values):
 def step_map(scores: ArrayLike, edges: jax.Array, values: jax.Array) -> jax.Array:
     """The right-continuous step map ``values[#(edges <= s)]`` at validated ``scores`` (any
     shape): one jitted program on scores and table padded to their bucket sizes; traced
-    inputs (inside a caller's ``jit``) go straight through."""
+    inputs (inside a caller's ``jit``) go straight through, and a non-finite traced score
+    gives NaN (it cannot raise there)."""
     s = maybe_check_scores(scores)
     if _shapes.is_traced(s, edges, values):
-        return _step_map_core(jnp.asarray(s), edges, values)
+        s = jnp.asarray(s)
+        out = _step_map_core(s, edges, values)
+        return jnp.where(jnp.isfinite(s), out, jnp.nan)
     e, v = padded_steps(edges, values)
     return _shapes.map_padded(lambda x: _step_map_core(x, e, v), s)
 
@@ -177,3 +196,19 @@ class HistogramBinning(Calibrator):
             presorted=presorted,
         )
         return FittedHistogram(edges=edges, values=values, bin_weight=W, scaling=scaling)
+
+    def _fit_pure(self, d: PureFitData) -> FittedHistogram:
+        """The pure fit: the core of :meth:`_fit` on the caller's arrays (no presort, no
+        padding, no score transform)."""
+        edges, values, W = _fit_histogram(
+            d.scores,
+            d.targets,
+            d.weights,
+            d.scores.shape[0],
+            n_bins=int(self.n_bins),
+            strategy=self.strategy,
+            presorted=False,
+        )
+        return FittedHistogram(
+            edges=edges, values=values, bin_weight=W, scaling=pure_identity_scaling(d.scores.dtype)
+        )

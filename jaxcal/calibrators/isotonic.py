@@ -18,9 +18,11 @@ Stable public signatures (other modules build on them; do not change):
     \text{ within each group,}\quad y_{\min} \le f \le y_{\max},
 
 exactly, by the weighted pool-adjacent-violators algorithm (Ayer et al. 1955; Barlow et al.
-1972): in CPU programs the compiled sequential kernel of ``jaxcal._native`` (an XLA FFI
-handler), elsewhere the pure-JAX merge tree of ``jaxcal.fitting.pav``. Neither is a
-host callback, so it runs inside ``jit`` (on CPU, GPU, TPU) and under ``vmap``. Tied
+1972): called eagerly on a CPU, the compiled sequential kernel of ``jaxcal._native`` (an
+XLA FFI handler), elsewhere and on tracers the pure-JAX merge tree of
+``jaxcal.fitting.pav``, which runs inside ``jit`` (on CPU, GPU, TPU), under ``vmap``,
+differentiates (a ``jax.custom_jvp``: the tangent of a block's value is the weighted
+block average of the targets' tangents) and exports with ``jax.export``. Tied
 scores are pooled (one fitted value per tie class, as in scikit-learn). Clipping after PAV
 solves the bounded problem exactly (the clipped isotonic solution is the bounded isotonic
 solution). Many independent problems (per field, per rank, per user) are one call with
@@ -67,6 +69,12 @@ least-squares fit. Knot values are then clipped to the probability range (``trim
 package refuses them; ``"clip"`` gives its constant extension). The former name
 ``rank_preserving`` is a deprecated alias of ``centered``.
 
+On tracers ``IsotonicCalibration.fit`` is the pure fit (``jaxcal.calibrators._base``):
+knots ``[n]`` (``[2 n + 2]`` centred) padded by repeating the last one, differentiable in
+the scores, labels, weights and propensities; ``out_of_bounds="raise"`` gives NaN there
+for scores outside the training range, and ``increasing="auto"`` raises ``ValueError``
+(docs/nonparametric.md, "Inside jit, vmap and grad").
+
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
@@ -88,21 +96,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._fitdata import FitData
+from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.fitting.isotonic import (
     check_centered,
     deprecated_centered_alias,
     is_float32,
     isotonic_knots,
+    isotonic_knots_pure,
     isotonic_regression,
 )
+from jaxcal.fitting.pav import clip_to_bounds
 
 __all__ = [
     "isotonic_regression",
@@ -284,8 +294,8 @@ class IsotonicCalibration(Calibrator):
             al. (2018) use 0.01 so that log-likelihoods stay finite.
         out_of_bounds: what ``predict`` does with scores outside the training range (of the
             points with positive weight): ``"clip"`` (the end values; the default),
-            ``"nan"`` or ``"raise"`` (``ValueError``; NaN inside ``jit``). scikit-learn's
-            default is ``"nan"``.
+            ``"nan"`` or ``"raise"`` (``ValueError``; NaN inside ``jit``, where nothing can
+            raise). scikit-learn's default is ``"nan"``.
         y_min: optional lower bound of the probabilities (with ``trim`` and 0, the
             largest applies).
         y_max: optional upper bound of the probabilities (with ``1 - trim`` and 1, the
@@ -350,6 +360,28 @@ class IsotonicCalibration(Calibrator):
                 raise ValueError(f"{name} must be a finite number or None; got {v!r}.")
         if self.y_min is not None and self.y_max is not None and self.y_min > self.y_max:
             raise ValueError(f"y_min must be <= y_max; got {self.y_min!r} > {self.y_max!r}.")
+
+    def _fit_pure(self, d: PureFitData) -> FittedIsotonic:
+        """The pure fit (``jaxcal.calibrators._base``): the merge tree with its derivatives
+        (``jaxcal.fitting.pav.pav_differentiable``); knots ``[n]`` (``[2 n + 2]`` centred),
+        padded by repeating the last one. ``increasing="auto"`` is refused: the direction
+        decides the fitted calibrator's structure, which a trace cannot take from data."""
+        if isinstance(self.increasing, str):
+            raise ValueError(
+                "increasing='auto' chooses the direction from the data, on the host; inside "
+                "jit, vmap or grad pass increasing=True or False."
+            )
+        lo, hi = self._bounds()
+        u = d.scores if self.increasing else -d.scores
+        kx, kv = isotonic_knots_pure(u, d.targets, d.weights, centred=self.centered)
+        return FittedIsotonic(
+            knots_x=kx,
+            knots_y=clip_to_bounds(kv, lo, hi),
+            increasing=bool(self.increasing),
+            interpolation=self.interpolation,
+            out_of_bounds=self.out_of_bounds,
+            scaling=traced_identity_scaling(kx.dtype),
+        )
 
     def _fit(self, d: FitData) -> FittedIsotonic:
         """PAV of the loss-weighting targets ``t`` with weights ``w`` (only their ratios

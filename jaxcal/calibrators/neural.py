@@ -27,6 +27,15 @@ work as for every calibrator) plus the isotonic penalty and ``l2 / 2`` times the
 norm of the field network's parameters, minimised by Adam with a cosine-decayed learning
 rate, full batch or minibatch, in one ``lax.scan``.
 
+**Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``, or with a
+traced ``key``), ``fit`` is :meth:`NeuralCalibration.fit_pure`: the knots, the
+initialisation and the optimiser loop run in the program, on the shapes of the eager fit,
+so the numbers are the eager fit's. Traced fields need ``cardinalities=``. The fitted
+parameters after the fixed number of steps are differentiable in the labels, propensities
+and weights through the loop (a ``lax.scan``); the knots are order statistics of the
+training logits. Invalid data gives NaN, and so does a traced ``predict`` of a non-finite
+score.
+
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
@@ -50,7 +59,7 @@ from jax.typing import ArrayLike
 
 # jaxcal.debias imports calibrators._base; importing it first keeps the import order acyclic.
 from jaxcal import _shapes
-from jaxcal._fitdata import prepare_fit
+from jaxcal._fitdata import poison, prepare_fit, prepare_fit_pure
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_1d, check_scores
@@ -62,12 +71,18 @@ from jaxcal.calibrators._neural_core import (
     field_mlp,
     init_params,
     piecewise_linear,
+    quantile_knots,
     to_logit,
     to_logit_host,
     train,
     training_loss,
 )
-from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.calibrators._scaling import (
+    ScoreScaling,
+    fit_scaling,
+    identity_scaling,
+    pure_identity_scaling,
+)
 
 __all__ = [
     "NeuralCalibration",
@@ -114,7 +129,9 @@ class FittedNeuralCalibration(FittedCalibrator):
     r"""Fitted field-aware calibrator: ``predict(scores, fields) = sigmoid(eta(l) + g(x))``.
 
     Attributes:
-        knots: ``[K + 1]`` increasing logit knots :math:`a_k`.
+        knots: ``[K + 1]`` increasing logit knots :math:`a_k` (after the pure fit, inside
+            ``jit``: ``[n_knots]``, the distinct knots then copies of the last, which the
+            map never reaches).
         values: ``[K + 1]`` :math:`b_k = \eta(a_k)`.
         embeddings: ``[sum_f C_f, d]`` stacked field embedding tables.
         linear: ``[F d]`` weights of the linear skip term.
@@ -187,8 +204,14 @@ class FittedNeuralCalibration(FittedCalibrator):
         )
         shape = np.shape(scores)  # the output keeps it
         if _shapes.is_traced(scores, fields, self.knots, self.values, self._network()):
-            s = self.scaling.apply(jnp.asarray(scores)).reshape(-1)
-            return core(s, fields, self.knots, self.values, *self._network()).reshape(shape)
+            raw = jnp.asarray(scores).reshape(-1)
+            s = self.scaling.apply(raw)
+            out = core(s, fields, self.knots, self.values, *self._network())
+            # scores predict would refuse cannot raise inside a trace: NaN, never a number
+            ok = jnp.isfinite(raw)
+            if self.score_type == "probability":
+                ok = ok & (raw >= 0) & (raw <= 1)
+            return jnp.where(ok, out, jnp.nan).reshape(shape)
         s = np.asarray(self.scaling.apply(scores)).reshape(-1)
         n = s.shape[0]
         if n == 0:
@@ -368,8 +391,21 @@ class NeuralCalibration:
         Raises:
             ValueError: invalid hyperparameters or data (NaN scores, labels not 0/1, one
                 class, length mismatch, negative weights, non-integer or negative field ids,
-                constant scores, cardinalities too small).
+                constant scores, cardinalities too small). On traced inputs (inside
+                ``jit``, ``vmap``, ``grad``, or a traced ``key``) ``fit`` is
+                :meth:`fit_pure`, where invalid data gives NaN instead.
         """
+        if _shapes.is_traced(scores, labels, fields, sample_weight, propensity, key):
+            return self.fit_pure(
+                scores,
+                labels,
+                fields,
+                sample_weight=sample_weight,
+                propensity=propensity,
+                loss=loss,
+                cardinalities=cardinalities,
+                key=key,
+            )
         self._validate()
         s = check_scores(scores)
         if self.score_type == "probability" and ((s < 0) | (s > 1)).any():
@@ -447,6 +483,142 @@ class NeuralCalibration:
             score_type=self.score_type,
             scaling=scaling,
         )
+
+    def fit_pure(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        fields: ArrayLike | None = None,
+        *,
+        sample_weight: ArrayLike | None = None,
+        propensity: ArrayLike | None = None,
+        loss: str = "naive",
+        cardinalities: tuple[int, ...] | None = None,
+        key: jax.Array | None = None,
+    ) -> FittedNeuralCalibration:
+        """The pure fit: the calibrator of :meth:`fit`, computed in JAX alone.
+
+        The knots (quantiles of the logits, duplicates merged), the initialisation and the
+        Adam loop (one ``lax.scan``) run in the program, on the same padded shapes as
+        :meth:`fit`, so the numbers are :meth:`fit`'s (the same key, the same minibatches);
+        the result's ``knots`` and ``values`` hold ``n_knots`` entries, the distinct knots
+        then copies of the last. It runs inside ``jit``, under ``vmap`` (one problem per
+        row, or one key per row) and ``jvp`` / ``grad`` (with respect to the labels,
+        propensities and weights, through the fixed number of optimiser steps; the knots
+        are order statistics of the scores), and exports with ``jax.export``. Data
+        :meth:`fit` would refuse (non-finite scores, labels not 0/1, a single class,
+        probabilities outside [0, 1], constant scores, field ids outside the
+        cardinalities) give a calibrator of NaN.
+
+        Args:
+            scores, labels, fields, sample_weight, propensity, loss, key: as in :meth:`fit`.
+            cardinalities: as in :meth:`fit`; needed when ``fields`` are traced.
+
+        Returns:
+            A :class:`FittedNeuralCalibration`.
+
+        Raises:
+            ValueError: invalid hyperparameters or shapes, traced fields without
+                ``cardinalities``.
+        """
+        self._validate()
+        data = prepare_fit_pure(
+            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+        )
+        s, dtype = data.scores, data.scores.dtype
+        n = s.shape[0]
+        invalid = data.invalid
+        if self.score_type == "probability":
+            invalid = invalid | jnp.any((s < 0) | (s > 1))
+        logits = to_logit(s, self.score_type)
+        knots, k = quantile_knots(logits, data.weights, int(self.n_knots))
+        invalid = invalid | (k < 2)
+        if fields is not None:
+            x, cards, bad_fields = _fields_pure(fields, n, cardinalities)
+            invalid = invalid | bad_fields
+        else:
+            x, cards = None, ()
+        key = jax.random.key(0) if key is None else key
+        key_impl = None
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key, key_impl = jax.random.key_data(key), str(jax.random.key_impl(key))
+        offsets = np.concatenate([[0], np.cumsum(cards)[:-1]]).astype(np.int32)[: len(cards)]
+        size = _shapes.padded_size(n)  # the shapes of fit: the same numbers
+        pad = partial(jnp.pad, pad_width=(0, size - n))
+        n_rows = int(sum(cards))
+        params, values, _ = train(
+            jnp.concatenate([logits, jnp.broadcast_to(logits[0], (size - n,))]),
+            None if x is None else jnp.pad(x, ((0, size - n), (0, 0))),  # id 0 is valid
+            pad(data.targets),
+            pad(data.weights),
+            n,
+            knots,
+            k,
+            offsets,
+            jnp.asarray(self.isotonic_penalty if self.monotone == "penalty" else 0.0, dtype),
+            jnp.asarray(self.l2, dtype),
+            jnp.asarray(self.learning_rate, dtype),
+            key,
+            monotone=self.monotone,
+            n_steps=int(self.n_steps),
+            batch_size=None if self.batch_size is None else int(self.batch_size),
+            use_fields=x is not None,
+            n_rows=_shapes.padded_size(n_rows) if n_rows else 0,
+            embedding_dim=int(self.embedding_dim),
+            hidden=tuple(int(h) for h in self.hidden),
+            key_impl=key_impl,
+            eps_root=float(jnp.finfo(dtype).tiny),
+        )
+        fitted = FittedNeuralCalibration(
+            knots=knots,
+            values=values,
+            embeddings=params["emb"][:n_rows],
+            linear=params["linear"],
+            weights=tuple(params["weights"]),
+            biases=tuple(params["biases"]),
+            cardinalities=cards,
+            score_type=self.score_type,
+            scaling=pure_identity_scaling(dtype),
+        )
+        return poison(fitted, invalid)
+
+
+def _fields_pure(fields, n: int, cardinalities) -> tuple[jax.Array, tuple[int, ...], jax.Array]:
+    """Fields for the pure fit: ``([n, F] int32 ids, cardinalities, invalid)``. Concrete
+    fields are checked eagerly (and give the cardinalities, as in ``fit``); traced fields
+    need ``cardinalities`` (the embedding tables' shapes), and ids outside them make the
+    fit invalid (NaN)."""
+    if not _shapes.is_traced(fields):
+        x = _check_fields(fields, n, None)
+        if cardinalities is None:
+            cards = tuple(int(c) for c in x.max(axis=0) + 1)
+        else:
+            cards = tuple(int(c) for c in cardinalities)
+            if len(cards) != x.shape[1]:
+                raise ValueError(
+                    f"cardinalities has {len(cards)} entries but fields has {x.shape[1]} columns."
+                )
+            _check_fields(x, n, cards)
+        return jnp.asarray(x), cards, jnp.zeros((), bool)
+    x = jnp.asarray(fields)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[0] != n or not jnp.issubdtype(x.dtype, jnp.integer):
+        raise ValueError(
+            f"fields must be an integer array [{n}, F]; got {x.dtype} of shape {x.shape}."
+        )
+    if cardinalities is None:
+        raise ValueError(
+            "traced fields need cardinalities= (the sizes of the embedding tables are part "
+            "of the program's shapes): pass the per-field number of values."
+        )
+    cards = tuple(int(c) for c in cardinalities)
+    if len(cards) != x.shape[1]:
+        raise ValueError(
+            f"cardinalities has {len(cards)} entries but fields has {x.shape[1]} columns."
+        )
+    invalid = jnp.any((x < 0) | (x >= jnp.asarray(cards, x.dtype)))
+    return jnp.clip(x, 0, jnp.asarray(cards, x.dtype) - 1).astype(jnp.int32), cards, invalid
 
 
 def objective(

@@ -46,10 +46,11 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import FitData
+from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
@@ -57,14 +58,21 @@ from jaxcal._scan import presort, searchsorted
 from jaxcal._validation import check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._knots import knot_map
+from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
 from jaxcal.fitting.isotonic import (
     check_centered,
     cir_knots,
+    cir_knots_pure,
+    compact,
     deprecated_centered_alias,
     eager_kernel,
     pav_runs,
+)
+from jaxcal.fitting.pav import (
+    clip_to_bounds,
+    normalize_weights_differentiable,
+    pav_differentiable,
 )
 
 __all__ = ["SmoothedIsotonic", "FittedSmoothedIsotonic", "negative_downsampling_correction"]
@@ -131,6 +139,24 @@ def _bucket_stats(s, t, w, n, n_used, *, n_buckets: int, kernel: str, presorted:
     return ms, value[:n_buckets], W
 
 
+def _bucket_stats_pure(s, t, w, n_buckets: int, n_used: int):
+    """:func:`_bucket_stats` on ``n`` points without padding (the pure fit): the same
+    equal-frequency buckets, their weighted mean scores and targets, and the isotonic fit
+    across them (:func:`~jaxcal.fitting.pav.pav_differentiable`)."""
+    n = s.shape[0]
+    ss = jnp.sort(s)
+    k = jnp.arange(1, n_buckets)
+    pos = jnp.minimum((k * n) // n_used, n - 1)
+    edges = lax.stop_gradient(jnp.where(k < n_used, ss[pos], jnp.inf))
+    b = searchsorted(edges, lax.stop_gradient(s))
+    seg = functools.partial(jax.ops.segment_sum, segment_ids=b, num_segments=n_buckets)
+    W = seg(w)
+    safe = jnp.where(W > 0, W, 1.0)
+    ms, mt = seg(w * s) / safe, seg(w * t) / safe
+    r = pav_differentiable(jnp.arange(n_buckets, dtype=s.dtype), mt, W)
+    return ms, r.run_value[:n_buckets], W
+
+
 @pytree_dataclass
 class FittedSmoothedIsotonic(FittedCalibrator):
     """Fitted SIR: a monotone piecewise-linear map through ``(knots_x, knots_y)``.
@@ -167,6 +193,11 @@ class SmoothedIsotonic(Calibrator):
             one knot per level set of the bucket fit at its weighted mean score, so the map
             is strictly monotone between its flat ends.
         rank_preserving: deprecated alias of ``centered`` (``DeprecationWarning``).
+
+    On tracers ``fit`` is the pure fit (``jaxcal.calibrators._base``): knots
+    ``[n_buckets]`` (``[2 n_buckets + 2]`` centred) padded by repeating the last one,
+    differentiable for fixed buckets (in the scores through the bucket means, in the
+    labels, weights and propensities through the isotonic fit across buckets).
     """
 
     n_buckets: int = 100
@@ -183,6 +214,27 @@ class SmoothedIsotonic(Calibrator):
         if not isinstance(self.increasing, bool | np.bool_):
             raise ValueError(f"increasing must be True or False; got {self.increasing!r}.")
         check_centered(self.centered)
+
+    def _fit_pure(self, d: PureFitData) -> FittedSmoothedIsotonic:
+        """The pure fit (``jaxcal.calibrators._base``): the buckets of :meth:`_fit` cut from
+        the sorted scores in JAX, the isotonic fit across them by the merge tree with its
+        derivatives (``jaxcal.fitting.pav.pav_differentiable``); knots ``[n_buckets]``
+        (``[2 n_buckets + 2]`` centred), padded by repeating the last one. Differentiable in
+        the scores (through the bucket centres), targets and weights for fixed buckets."""
+        u = d.scores if self.increasing else -d.scores
+        n = u.shape[0]
+        n_buckets = int(self.n_buckets)
+        w = normalize_weights_differentiable(d.weights)
+        ms, v, W = _bucket_stats_pure(u, d.targets, w, n_buckets, min(n_buckets, n))
+        (kx, kv, kw), k = compact(W > 0, n_buckets, ms, v, W)
+        if self.centered:
+            kx, kv = cir_knots_pure(kx, kw, kv, k)
+        return FittedSmoothedIsotonic(
+            knots_x=kx,
+            knots_y=clip_to_bounds(kv, 0.0, 1.0),
+            increasing=bool(self.increasing),
+            scaling=traced_identity_scaling(kx.dtype),
+        )
 
     def _fit(self, d: FitData) -> FittedSmoothedIsotonic:
         """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted)."""

@@ -37,6 +37,11 @@ is the exact optimum over that convex set (projected Newton, KKT conditions chec
 tests), which contains every fit whose coefficients are already ordered but not every
 non-decreasing spline.
 
+On tracers (inside a caller's ``jit``, ``vmap``, ``grad``) ``fit`` is the pure fit
+(:meth:`SplineCalibration._fit_pure`): the same folds, knots and solver in JAX alone; the
+coefficients are differentiated implicitly at the chosen penalty (the cross-validated choice
+is piecewise constant in the data); invalid data gives NaN.
+
 Example:
     >>> import jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
@@ -59,14 +64,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._fitdata import FitData, maybe_check_scores
+from jaxcal._fitdata import FitData, PureFitData, maybe_check_scores, poison
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_size
 from jaxcal._validation import check_probs
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._linear import _logit_jit, _predict_jit  # call cal._logit_core
-from jaxcal.calibrators._scaling import ScoreScaling, fit_scaling, identity_scaling
-from jaxcal.calibrators._spline_core import SplineStatus, fit_spline_cv_jit, spline_logit
+from jaxcal.calibrators._scaling import (
+    ScoreScaling,
+    fit_scaling,
+    identity_scaling,
+    pure_identity_scaling,
+)
+from jaxcal.calibrators._spline_core import (
+    SplineStatus,
+    fit_spline_cv_differentiable,
+    fit_spline_cv_jit,
+    spline_logit,
+)
 from jaxcal.fitting.solver import ConvergenceWarning
 
 __all__ = ["SplineCalibration", "FittedSpline", "DEFAULT_PENALTIES"]
@@ -128,13 +143,26 @@ class FittedSpline(FittedCalibrator):
         u = _to_u(np.asarray(maybe_check_scores(scores), np.float64), self.on)
         return np.asarray(self.scaling.apply(u), np.dtype(self.knots.dtype))
 
+    def _apply(self, scores: ArrayLike, fn) -> jax.Array:
+        out = map_padded(lambda flat: fn(self, flat), self._u(scores))
+        if is_traced(scores, self):  # in the trace: NaN for scores fit would refuse
+            s = jnp.asarray(scores, self.knots.dtype)
+            ok = jnp.isfinite(s)
+            if self.on == "logit":
+                ok = ok & (s >= 0) & (s <= 1)
+            out = jnp.where(ok, out, jnp.nan)
+        return out
+
     def logit(self, scores: ArrayLike) -> jax.Array:
-        """Calibrated logits :math:`f(u)` (same shape as ``scores``)."""
-        return map_padded(lambda flat: _logit_jit(self, flat), self._u(scores))
+        """Calibrated logits :math:`f(u)` (same shape as ``scores``). Traced scores (inside
+        ``jit``) give NaN where concrete ones would raise (not finite; for ``on="logit"``,
+        outside [0, 1])."""
+        return self._apply(scores, _logit_jit)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Calibrated probabilities :math:`\\sigma(f(u))` (same shape as ``scores``)."""
-        return map_padded(lambda flat: _predict_jit(self, flat), self._u(scores))
+        """Calibrated probabilities :math:`\\sigma(f(u))` (same shape as ``scores``; NaN for
+        invalid traced scores, as :meth:`logit`)."""
+        return self._apply(scores, _predict_jit)
 
     def _logit_core(self, u: jax.Array) -> jax.Array:
         lo, hi = self.knots[0], self.knots[-1]
@@ -166,6 +194,33 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
     folds = np.empty(labels.shape[0], np.int32)
     folds[order] = np.arange(labels.shape[0]) % n_folds
     return folds
+
+
+def stratified_folds_pure(labels: jax.Array, n_folds: int, seed: int) -> jax.Array:
+    """:func:`stratified_folds` in JAX (labels may be traced): the same fold ids. The
+    shuffle's random keys depend only on ``seed`` and the number of rows (static), so they
+    are drawn on the host while tracing; the sort by label runs in the trace."""
+    n = labels.shape[0]
+    keys = jnp.asarray(np.random.default_rng(seed).random(n), labels.dtype)
+    order = jnp.lexsort((keys, labels))
+    deal = (jnp.arange(n) % n_folds).astype(jnp.int32)
+    return jnp.zeros(n, jnp.int32).at[order].set(deal)
+
+
+def quantile_knots_pure(u: jax.Array, w: jax.Array, n_knots: int):
+    """:func:`quantile_knots` in JAX for sorted ``u`` (weights ``w >= 0``, zero weights
+    allowed): ``(knots [n_knots], distinct)``, the same quantiles while they are distinct
+    (the fixed shape of a trace cannot drop repeated ones, so ``distinct`` says whether the
+    eager fit would keep all ``n_knots``)."""
+    pos = w > 0
+    cw = jnp.cumsum(jnp.where(pos, w, 0.0))
+    levels = jnp.linspace(0.0, 1.0, n_knots, dtype=u.dtype) * cw[-1]
+    idx = jnp.searchsorted(cw, levels, side="left")
+    q = u[jnp.clip(idx, 0, u.shape[0] - 1)]
+    lo = jnp.min(jnp.where(pos, u, jnp.inf))
+    hi = jnp.max(jnp.where(pos, u, -jnp.inf))
+    q = q.at[0].set(lo).at[-1].set(hi)
+    return q, jnp.all(jnp.diff(q) > 0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -217,6 +272,70 @@ class SplineCalibration(Calibrator):
             raise ValueError(f"max_iter must be >= 1; got {self.max_iter!r}.")
         if self.tol is not None and not self.tol > 0:
             raise ValueError(f"tol must be > 0; got {self.tol!r}.")
+
+    def _fit_pure(self, data: PureFitData) -> FittedSpline:
+        """The pure fit (``Calibrator.fit_pure``): :meth:`_fit` in JAX, in the scores'
+        dtype, with no score transform and no padding; the same folds (the same rule and
+        ``random_state``) and knots, so the same numbers.
+
+        Derivatives: the coefficients at the chosen penalty by the implicit function theorem
+        (``_spline_core.penalised_tangent``), the knots (training scores at weighted
+        quantiles) as those scores. The penalty chosen by cross-validation is piecewise
+        constant in the data: its derivative is zero and ``cv_loss`` carries none.
+
+        NaN policy: besides the checks of ``fit_pure``, the fit is NaN where :meth:`_fit`
+        would raise (a fold without rows of positive weight; for ``on="logit"`` a score
+        outside [0, 1]) and where the ``n_knots`` weighted quantiles are not distinct (the
+        eager fit would use fewer knots, a shape a trace cannot change: use fewer knots).
+        """
+        dtype = data.scores.dtype
+        s, t, w = data.scores, data.targets, data.weights
+        invalid = jnp.zeros((), bool)
+        if self.on == "logit":
+            invalid = invalid | jnp.any((s < 0) | (s > 1))
+            p = jnp.clip(s, _PROB_CLIP, 1 - _PROB_CLIP)
+            u = jnp.log(p) - jnp.log1p(-p)
+        else:
+            u = s
+        folds = stratified_folds_pure(data.labels, int(self.cv), int(self.random_state))
+        order = jnp.argsort(u, stable=True)
+        u, t, w, folds = (a[order] for a in (u, t, w, folds))
+        knots, distinct = quantile_knots_pure(u, w, int(self.n_knots))
+        invalid = invalid | ~distinct
+        grid = self._grid()
+        cross_validate = grid.size > 1
+        if cross_validate:
+            per_fold = jnp.zeros(int(self.cv)).at[folds].add(jnp.where(w > 0, 1.0, 0.0))
+            invalid = invalid | jnp.any(per_fold == 0)
+        lo = knots[0]
+        R = knots[-1] - lo
+        tol = self.tol if self.tol is not None else (1e-18 if dtype == jnp.float64 else 1e-7)
+        penalties = jnp.asarray(grid, dtype)
+        theta, cv_loss, best, status = fit_spline_cv_differentiable(
+            (knots - lo) / R,
+            (u - lo) / R,
+            t,
+            w,
+            folds,
+            penalties,
+            max_iter=int(self.max_iter),
+            tol=float(tol),
+            n_folds=int(self.cv),
+            monotone=bool(self.monotone),
+            cross_validate=cross_validate,
+        )
+        fitted = FittedSpline(
+            knots=knots,
+            theta=theta,
+            penalties=penalties,
+            cv_loss=cv_loss,
+            penalty=penalties[best],
+            status=status,
+            scaling=pure_identity_scaling(dtype),
+            on=self.on,
+            monotone=bool(self.monotone),
+        )
+        return poison(fitted, invalid)
 
     def _fit(self, data: FitData) -> FittedSpline:
         what = type(self).__name__

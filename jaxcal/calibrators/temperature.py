@@ -54,6 +54,9 @@ class TemperatureFamily(LinearLogitFamily):
         if not (scores[weights > 0] != 0).any():
             raise ValueError("all training logits are 0; temperature scaling is not identified.")
 
+    def invalid_scores(self, scores: jax.Array, weights: jax.Array) -> jax.Array:
+        return ~jnp.any((scores != 0) & (weights > 0))
+
 
 @pytree_dataclass
 class FittedTemperature(LinearLogitCalibrator):

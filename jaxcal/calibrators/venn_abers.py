@@ -46,6 +46,15 @@ weighted isotonic calibration with an interval that shows the influence of one m
 not a calibrated multiprobability prediction. ``loss="ips"`` (targets :math:`Y/\omega`,
 not labels) is refused; ``"ips_positive"`` and ``"snips"`` change only the weights.
 
+**Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``), ``fit``
+is :meth:`VennAbers.fit_pure`: the same tables computed in the program on the portable path
+(never the compiled CPU kernel, so ``jax.export`` works and the numbers do not depend on
+it), with fixed sizes, and CVAP folds equal to the eager fit's for the same ``seed``. The
+tables are differentiable in the labels and weights (each entry is the slope of a bridge of
+the cumulative sum diagram); the dependence on the scores is piecewise constant (zero
+derivative). Invalid data gives NaN, and so does a traced ``predict`` or ``interval`` of a
+non-finite score.
+
 **Groups.** ``fit_batch`` fits ``B`` problems in one call (``[B, n]`` with a mask, or 1-D
 arrays with ``group`` ids: row ``g`` of the result is the ``g``-th smallest id);
 ``predict`` then takes ``[B, m]`` scores.
@@ -73,7 +82,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import FitData, prepare_fit
+from jaxcal._fitdata import FitData, PureFitData, poison, prepare_fit, prepare_fit_pure
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import (
     check_batch_inputs,
@@ -84,8 +93,13 @@ from jaxcal._validation import (
 )
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling
-from jaxcal.calibrators._venn_abers_core import fit_tables, va_lookup
+from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, pure_identity_scaling
+from jaxcal.calibrators._venn_abers_core import (
+    fit_tables,
+    fit_tables_pure,
+    stratified_folds_pure,
+    va_lookup,
+)
 
 __all__ = ["VennAbers", "FittedVennAbers"]
 
@@ -100,6 +114,9 @@ class FittedVennAbers(FittedCalibrator):
             ``scaling``), problem after problem.
         p0, p1: ``[R + P]`` the tables (``jaxcal.calibrators._venn_abers_core``).
         run_start, run_count: ``[P]`` where each problem's scores lie in ``edges``.
+            (The eager fit pads these to bucket sizes; the pure fit, inside ``jit``, has
+            ``R = n`` edge slots of which the first ``run_count`` per problem are real, and
+            ``P = K``.)
         scaling: the exact score transform applied before lookup
             (``jaxcal.calibrators._scaling``).
         n_folds: ``K`` (1 for an IVAP).
@@ -160,8 +177,14 @@ class FittedVennAbers(FittedCalibrator):
         tables = (self.edges, self.p0, self.p1, self.run_start, self.run_count)
         core = functools.partial(va_lookup, n_folds=k, want=want)
         if traced:
-            out = core(*tables, t.astype(self.edges.dtype), jnp.int32(max(per_row, 1)))
-            return tuple(o.reshape(out_shape) for o in out)
+            # the position of a score among the edges is piecewise constant: no derivative
+            # flows through the search (reverse mode would meet its while loop)
+            t = jax.lax.stop_gradient(t.astype(self.edges.dtype))
+            edges = jax.lax.stop_gradient(self.edges)
+            out = core(edges, *tables[1:], t, jnp.int32(max(per_row, 1)))
+            # a non-finite score cannot raise inside a trace: NaN, never a number
+            bad = ~jnp.all(jnp.isfinite(t), axis=1)
+            return tuple(jnp.where(bad, jnp.nan, o).reshape(out_shape) for o in out)
         n = t.shape[0]
         fill = t.flat[0] if n else 0.0  # padding: copies of a valid score
         t = _shapes.pad_axis(t.astype(self.edges.dtype), _shapes.padded_size(n), fill)
@@ -281,13 +304,102 @@ class VennAbers(Calibrator):
             The fitted predictor.
 
         Raises:
-            ValueError: invalid hyperparameters or data, ``loss="ips"``, bad fold ids.
+            ValueError: invalid hyperparameters or data, ``loss="ips"``, bad fold ids. On
+                traced inputs (inside ``jit``, ``vmap``, ``grad``) ``fit`` is
+                :meth:`fit_pure`, where invalid data gives NaN instead.
         """
+        if _shapes.is_traced(scores, labels, sample_weight, propensity, fold):
+            return self.fit_pure(
+                scores,
+                labels,
+                sample_weight=sample_weight,
+                propensity=propensity,
+                loss=loss,
+                fold=fold,
+            )
         self._check_hyperparameters()
         data = prepare_fit(
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
         return self._fit_problems(data, np.zeros(data.scores.shape[0], np.int64), 1, fold, ())
+
+    def fit_pure(
+        self,
+        scores: ArrayLike,
+        labels: ArrayLike,
+        *,
+        sample_weight: ArrayLike | None = None,
+        propensity: ArrayLike | None = None,
+        loss: str = "naive",
+        fold: ArrayLike | None = None,
+    ) -> FittedVennAbers:
+        """The pure fit: the predictor of :meth:`fit`, computed in JAX alone.
+
+        It runs inside ``jit``, under ``vmap`` (one problem per row) and ``jvp`` / ``grad``
+        (with respect to the labels and weights: the tables are exact rational functions
+        of the CSD wherever the bridges of the sweeps do not change; the dependence on the
+        scores is piecewise constant, zero derivative), and exports with ``jax.export``.
+        The runs, the CSD and the sweeps are computed in the program, on the portable path
+        (never the compiled CPU kernel), in the scores' dtype; the tables have fixed sizes
+        (``jaxcal.calibrators._venn_abers_core.fit_tables_pure``). CVAP folds: the ``fold``
+        ids if given (concrete or traced), else the stratified random folds of ``seed``, the
+        same as :meth:`fit`'s (the permutation depends on ``n`` and ``seed`` only, so it is
+        drawn on the host). Data :meth:`fit` would refuse (non-finite scores, labels not
+        0/1, a single class, ``loss="ips"`` targets that differ from the labels, fold ids
+        outside ``[0, K)``) give a predictor of NaN.
+
+        Args:
+            scores, labels, sample_weight, propensity, loss, fold: as in :meth:`fit`.
+
+        Returns:
+            The fitted predictor (``n_folds == K``, ``batch_shape == ()``).
+
+        Raises:
+            ValueError: invalid hyperparameters or shapes, fold ids without ``cross_folds``.
+        """
+        self._check_hyperparameters()
+        data = prepare_fit_pure(
+            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+        )
+        n, k = data.scores.shape[0], self._k
+        invalid = data.invalid | jnp.any(data.targets != data.labels)
+        if k == 1:
+            if fold is not None:
+                raise ValueError("fold ids need a cross Venn-Abers (cross_folds=K).")
+            f = jnp.zeros(n, jnp.int32)
+        elif fold is None:
+            f = stratified_folds_pure(data.labels, k, int(self.seed))
+        else:
+            if not _shapes.is_traced(fold):
+                _check_folds(fold, n, k)
+            f = jnp.asarray(fold)
+            if f.shape != (n,) or not jnp.issubdtype(f.dtype, jnp.integer):
+                raise ValueError(
+                    f"fold must hold {n} integer ids in [0, {k}); got {f.dtype} of shape {f.shape}."
+                )
+            invalid = invalid | jnp.any((f < 0) | (f >= k))
+            f = jnp.clip(f, 0, k - 1).astype(jnp.int32)
+        return poison(self._tables_pure(data, f), invalid)
+
+    def _fit_pure(self, data: PureFitData) -> FittedVennAbers:
+        n = data.scores.shape[0]
+        if self._k == 1:
+            f = jnp.zeros(n, jnp.int32)
+        else:
+            f = stratified_folds_pure(data.labels, self._k, int(self.seed))
+        invalid = jnp.any(data.targets != data.labels)
+        return poison(self._tables_pure(data, f), invalid)
+
+    def _tables_pure(self, data: PureFitData, fold: jax.Array) -> FittedVennAbers:
+        """The tables of the ``K`` fold problems (weights normalised by a power of two, as
+        on the host: exact, and the tables do not depend on the scale of the weights)."""
+        w = data.weights
+        top = jax.lax.stop_gradient(jnp.max(w))
+        e = jnp.frexp(jnp.where(top > 0, top, 1.0))[1] - 1
+        w = w * jnp.ldexp(jnp.ones((), w.dtype), -e)
+        tables = fit_tables_pure(data.scores, data.labels, w, fold, self._k)
+        scaling = pure_identity_scaling(data.scores.dtype)
+        return FittedVennAbers(*tables, scaling=scaling, n_folds=self._k, batch_shape=())
 
     def _fit(self, data: FitData) -> FittedVennAbers:
         return self._fit_problems(data, np.zeros(data.scores.shape[0], np.int64), 1, None, ())
@@ -313,9 +425,15 @@ class VennAbers(Calibrator):
             A predictor with ``batch_shape == (B,)``: ``predict`` takes ``[B, m]`` scores.
 
         Raises:
-            ValueError: invalid inputs (per problem: a single class, ...).
+            ValueError: invalid inputs (per problem: a single class, ...), or traced inputs
+                (inside ``jit``: ``jax.vmap`` :meth:`fit` over the problems instead).
         """
         self._check_hyperparameters()
+        if _shapes.is_traced(scores, labels, mask, group, sample_weight, fold):
+            raise ValueError(
+                "fit_batch takes concrete arrays (it groups and pads on the host); inside "
+                "jit, batch the problems with jax.vmap over fit."
+            )
         if group is not None:
             if mask is not None:
                 raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")

@@ -12,7 +12,10 @@ of a ``jax.distributed`` job (:mod:`jaxcal.clicks.sources`, :mod:`jaxcal.distrib
 :func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
 truth); metrics :func:`perplexity`,
 :func:`log_likelihood`, :func:`ctr_error`, :func:`reliability_by_rank`; per-rank isotonic
-calibration :class:`RankCalibration` (Borisov et al., CIKM 2018).
+calibration :class:`RankCalibration` (Borisov et al., CIKM 2018). The pure core
+(:mod:`jaxcal.clicks.core`) fits and predicts on encoded arrays (:func:`encode_sessions`,
+:func:`fit_arrays`, :func:`em_step`, :func:`predict_conditional`, ...) inside a user's
+``jit``, ``vmap``, ``grad`` or ``jax.export``, with the estimators' numbers.
 """
 
 from jaxcal._lazy import lazy_exports
@@ -45,6 +48,19 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "CCM": "jaxcal.clicks.ccm",
         "ClickModelFit": "jaxcal.clicks._base",
         "MODELS": "jaxcal.clicks.simulator",
+        # the pure core: inside jit, vmap, grad and jax.export
+        "SessionArrays": "jaxcal.clicks.core",
+        "PairIndex": "jaxcal.clicks.core",
+        "EMResult": "jaxcal.clicks.core",
+        "encode_sessions": "jaxcal.clicks.core",
+        "init_params": "jaxcal.clicks.core",
+        "em_step": "jaxcal.clicks.core",
+        "fit_arrays": "jaxcal.clicks.core",
+        "predict_conditional": "jaxcal.clicks.core",
+        "predict_marginal": "jaxcal.clicks.core",
+        "relevance": "jaxcal.clicks.core",
+        "click_log_likelihood": "jaxcal.clicks.core",
+        "log_posterior": "jaxcal.clicks.core",
         # simulation
         "simulate": "jaxcal.clicks.simulator",
         "example_params": "jaxcal.clicks.simulator",

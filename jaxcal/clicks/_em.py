@@ -9,8 +9,11 @@ Every click model in :mod:`jaxcal.clicks` is fitted the same way:
 * ``mstep_fn(stats, prior) -> params`` turns the sums into Beta pseudo-count ratios
   ``(prior_num + sum posterior) / (prior_den + sum count)``.
 
-:func:`run_em` iterates the two inside one ``lax.while_loop`` under ``jit`` until the largest
-parameter change is below ``tol`` or ``max_iter`` iterations ran. The objective traced in
+:func:`em_iteration` is one E-step and M-step; :func:`run_em` iterates it inside one
+``lax.while_loop`` under ``jit`` until the largest parameter change is below ``tol`` or
+``max_iter`` iterations ran, :func:`run_em_steps` a fixed number of times in one ``lax.scan``
+(reverse-mode differentiable). The public pure core (:mod:`jaxcal.clicks.core`) and the
+estimators both run these loops. The objective traced in
 ``history`` is the log posterior that EM increases: log-likelihood + ``sum a log theta +
 (b - a) log(1 - theta)`` over all parameters (the MAP objective whose maximiser is the
 pseudo-count ratio).
@@ -37,7 +40,10 @@ __all__ = [
     "make_batch",
     "rank_major",
     "compute_stats",
+    "em_update",
+    "em_iteration",
     "run_em",
+    "run_em_steps",
     "ratio",
     "prior_of",
     "log_prior",
@@ -74,10 +80,21 @@ def rank_major(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 class EMResult(NamedTuple):
+    """The result of an EM loop (and of a closed-form fit, with no iterations).
+
+    Attributes:
+        params: the fitted parameters, a dict of arrays by name (as ``ClickModelFit.params``).
+        n_iter: ``[]`` int32, the EM iterations run (0 for closed-form models).
+        delta: ``[]`` the largest parameter change of the last iteration (0 for closed-form
+            models).
+        history: ``[max_iter]`` the log posterior of each iterate, NaN after stopping
+            (``[0]`` for closed-form models).
+    """
+
     params: Any
     n_iter: jax.Array
     delta: jax.Array
-    history: jax.Array  # [max_iter] objective at the iterate (NaN after stopping)
+    history: jax.Array
 
 
 def make_batch(
@@ -184,6 +201,48 @@ def log_prior(params: dict, prior: Any, valid: dict | None = None) -> jax.Array:
     return total
 
 
+def em_update(
+    mstep_fn: Callable, stats: Any, loglik: jax.Array, params: Any, prior: Any, valid: Any = None
+) -> tuple[Any, jax.Array, jax.Array]:
+    """The M-step from an E-step's sums: ``(new params, largest change, objective)``.
+
+    Args:
+        mstep_fn: M-step ``(stats, prior) -> params``.
+        stats: the sufficient statistics of the log at ``params`` (summed over every
+            session, device and process).
+        loglik: the log-likelihood of the log at ``params``.
+        params: the current iterate.
+        prior: ``[2]`` pseudo-counts, or a dict of them by parameter name.
+        valid: optional booleans shaped like ``params``: the entries that count in the
+            objective (:func:`log_prior`).
+
+    Returns:
+        The next iterate, ``max |theta_new - theta_old|`` over every parameter, and the log
+        posterior of the *current* iterate (``loglik + log_prior(params)``).
+    """
+    new = mstep_fn(stats, prior)
+    delta = jax.tree_util.tree_reduce(
+        jnp.maximum, jax.tree_util.tree_map(lambda x, y: jnp.max(jnp.abs(x - y)), new, params)
+    )
+    return new, delta, loglik + log_prior(params, prior, valid)
+
+
+def em_iteration(
+    stats_fn: Callable,
+    mstep_fn: Callable,
+    params: Any,
+    batch: Batch,
+    prior: Any,
+    valid: Any = None,
+    mesh: Mesh | None = None,
+) -> tuple[Any, jax.Array, jax.Array]:
+    """One EM iteration on an in-memory log: the E-step ``stats_fn`` (summed across the
+    devices of ``mesh``), then :func:`em_update`. Returns ``(new params, largest change,
+    log posterior of params)``. Every EM loop of :mod:`jaxcal.clicks` repeats this step."""
+    stats, ll = compute_stats(stats_fn, params, batch, mesh)
+    return em_update(mstep_fn, stats, ll, params, prior, valid)
+
+
 @partial(jit, static_argnames=("stats_fn", "mstep_fn", "max_iter", "mesh"))
 def run_em(
     stats_fn: Callable,
@@ -197,7 +256,7 @@ def run_em(
     max_iter: int,
     mesh: Mesh | None = None,
 ) -> EMResult:
-    """Iterate E- and M-steps in one ``lax.while_loop``.
+    """Iterate E- and M-steps (:func:`em_iteration`) in one ``lax.while_loop``.
 
     Args:
         stats_fn: E-step ``(params, batch) -> (stats, loglik)``.
@@ -226,13 +285,8 @@ def run_em(
 
     def body(state):
         it, params, _, hist = state
-        stats, ll = compute_stats(stats_fn, params, batch, mesh)
-        new = mstep_fn(stats, prior)
-        delta = jax.tree_util.tree_reduce(
-            jnp.maximum,
-            jax.tree_util.tree_map(lambda x, y: jnp.max(jnp.abs(x - y)), new, params),
-        )
-        hist = hist.at[it].set(ll + log_prior(params, prior, valid))
+        new, delta, objective = em_iteration(stats_fn, mstep_fn, params, batch, prior, valid, mesh)
+        hist = hist.at[it].set(objective)
         return it + 1, new, delta.astype(dtype), hist
 
     state = (
@@ -243,6 +297,34 @@ def run_em(
     )
     it, params, delta, hist = jax.lax.while_loop(cond, body, state)
     return EMResult(params, it, delta, hist)
+
+
+@partial(jit, static_argnames=("stats_fn", "mstep_fn", "n_iter", "mesh"))
+def run_em_steps(
+    stats_fn: Callable,
+    mstep_fn: Callable,
+    params0: Any,
+    batch: Batch,
+    prior: jax.Array,
+    valid: Any = None,
+    *,
+    n_iter: int,
+    mesh: Mesh | None = None,
+) -> EMResult:
+    """Exactly ``n_iter`` EM iterations (:func:`em_iteration`) in one ``lax.scan``.
+
+    The same iterates as :func:`run_em` with ``tol=0`` and ``max_iter=n_iter``; a scan, unlike
+    a while loop, can be differentiated in reverse mode (``jax.grad`` through the fit).
+    Arguments and result as :func:`run_em`.
+    """
+    dtype = jax.tree_util.tree_leaves(params0)[0].dtype
+
+    def body(params, _):
+        new, delta, objective = em_iteration(stats_fn, mstep_fn, params, batch, prior, valid, mesh)
+        return new, (delta.astype(dtype), objective)
+
+    params, (deltas, hist) = jax.lax.scan(body, params0, None, length=n_iter)
+    return EMResult(params, jnp.asarray(n_iter, jnp.int32), deltas[-1], hist)
 
 
 @partial(jit, static_argnames=("stats_fn", "mstep_fn", "mesh"))

@@ -43,7 +43,7 @@ from jax.sharding import Mesh
 from jaxcal import _shapes, distributed
 from jaxcal._jit import jit
 from jaxcal._progress import log
-from jaxcal.clicks._em import Batch, compute_stats, log_prior, make_batch
+from jaxcal.clicks._em import Batch, compute_stats, em_update, make_batch
 from jaxcal.clicks.sessions import Sessions, _keys
 
 __all__ = [
@@ -207,11 +207,7 @@ def _chunk_stats(stats_fn: Callable, params: Any, batch, acc: Any, *, mesh: Mesh
 def _em_update(mstep_fn: Callable, stats: Any, ll: jax.Array, params: Any, prior, valid):
     """The M-step from summed statistics, the largest parameter change, and the objective
     of the current iterate (as in :func:`jaxcal.clicks._em.run_em`)."""
-    new = mstep_fn(stats, prior)
-    delta = jax.tree_util.tree_reduce(
-        jnp.maximum, jax.tree_util.tree_map(lambda x, y: jnp.max(jnp.abs(x - y)), new, params)
-    )
-    return new, delta, ll + log_prior(params, prior, valid)
+    return em_update(mstep_fn, stats, ll, params, prior, valid)
 
 
 @partial(jit, static_argnames=("mstep_fn",))

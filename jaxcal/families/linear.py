@@ -31,6 +31,8 @@ Interface of a family (a frozen, hashable dataclass; its hyperparameters are sta
   map is non-decreasing on ``[lo, hi]`` (exact: each family's derivative has a sign that is
   linear in a monotone transform of :math:`s`, so the interval ends suffice).
 * ``slope_map(ctx) -> M`` (``[k, k]``), ``theta_from_u``, ``u_from_theta``, ``logit``.
+* ``check_scores(scores, weights)`` (eager, raises ``ValueError``) and its JAX twin
+  ``invalid_scores(scores, weights) -> bool`` (the pure fits' NaN policy).
 
 A fitted calibrator (:class:`LinearLogitCalibrator`) holds ``theta`` (``[..., p]``), the
 ``context`` (leaves ``[...]``), a :class:`~jaxcal.fitting.solver.SolverStatus` and the
@@ -155,6 +157,13 @@ class LinearLogitFamily:
         pos = scores[weights > 0]
         if pos.size and pos.min() == pos.max():
             raise ValueError(_equal_scores_message(pos.min()))
+
+    def invalid_scores(self, scores: jax.Array, weights: jax.Array) -> jax.Array:
+        """:meth:`check_scores` in JAX (scalar bool, for tracers): whether the training
+        scores would be refused. The pure fits poison their result with NaN where it is
+        true (``jaxcal.calibrators._base``)."""
+        ctx = score_range(scores, weights)
+        return ~(ctx.lo < ctx.hi)
 
     def check_scores_batch(self, scores: np.ndarray, weights: np.ndarray) -> None:
         """:meth:`check_scores` for each row of ``[B, n]`` arrays; the error names the row.

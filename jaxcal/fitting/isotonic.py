@@ -1,7 +1,14 @@
-"""Isotonic regression as a function: weighted PAV per group (the compiled CPU kernel in CPU
-programs, the pure-JAX merge tree elsewhere), the fitted values at every point
+"""Isotonic regression as a function: weighted PAV per group, the fitted values at every point
 (:func:`isotonic_regression`) and the knots of the fitted map (:func:`isotonic_knots`).
 :class:`jaxcal.IsotonicCalibration` is the estimator built on them.
+
+Eager calls (concrete arrays) run the compiled CPU kernel where the program is compiled
+for a CPU and the kernel is built, else the pure-JAX merge tree. Calls on tracers (inside a
+caller's ``jit``, ``vmap``, ``grad``, ``jax.export``) always run the merge tree with its
+derivative (``jaxcal.fitting.pav.pav_differentiable``), so that they differentiate, export
+as a portable artifact and do not depend on whether the kernel is built;
+:func:`isotonic_knots_pure` and :func:`cir_knots_pure` are the knots of the pure fits.
+:func:`isotonic_regression_in_program` keeps the kernel for jaxcal's own programs.
 """
 
 from __future__ import annotations
@@ -20,12 +27,16 @@ from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
-from jaxcal.fitting.pav import pav
+from jaxcal.fitting.pav import pav, pav_differentiable
 
 __all__ = [
     "isotonic_regression",
+    "isotonic_regression_in_program",
     "isotonic_knots",
     "cir_knots",
+    "cir_knots_pure",
+    "isotonic_knots_pure",
+    "compact",
     "pav_runs",
     "eager_kernel",
     "is_float32",
@@ -88,7 +99,7 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: 
     g = group if has_group else None
 
     def portable(u, y, w, g, lo, hi):
-        return pav(u, y, w, g, lo, hi).fitted
+        return pav_differentiable(u, y, w, g, lo, hi).fitted
 
     return _pav_or_kernel(kernel, pav_fitted_cpu, portable, u, y, w, g, lo, hi)
 
@@ -129,14 +140,20 @@ def isotonic_regression(
     Solves :math:`\min_f \sum_i w_i (y_i - f_i)^2` subject to :math:`f_i \le f_j` whenever
     :math:`x_i < x_j` in the same group (:math:`\ge` if ``increasing=False``), tied ``x``
     sharing one value, then clips to ``[y_min, y_max]`` (exact for the bounded problem).
-    Weighted PAV, ``O(n log n)``: in CPU programs the compiled sequential kernel
-    (``jaxcal._native``, if built), elsewhere the pure-JAX merge tree
-    (``jaxcal.fitting.pav``); ``jax.lax.platform_dependent`` picks per program.
+    Weighted PAV, ``O(n log n)``: called with concrete arrays, the compiled sequential CPU
+    kernel (``jaxcal._native``, if built and the default backend is a CPU), else the
+    pure-JAX merge tree (``jaxcal.fitting.pav``).
 
     Called with concrete arrays it validates eagerly (``ValueError``); called on tracers
-    (inside ``jit`` or ``vmap``) it trusts its inputs. Under ``vmap`` every batch row is an
-    independent problem; grouping by ``group`` is usually faster than ``vmap`` for ragged
-    problems (one sort of all points).
+    (inside ``jit``, ``vmap``, ``grad`` / ``jvp``, ``jax.export``) it trusts its inputs and
+    runs the merge tree (never the kernel: the program exports as a portable artifact, and
+    its numbers do not depend on whether the kernel is built), with a ``jax.custom_jvp``
+    (``jaxcal.fitting.pav.pav_differentiable``): the tangent in ``y`` is the weighted block
+    average of ``dy``, in the weights :math:`\sum_B \dot w_i (y_i - f_B) / \sum_B w_i`,
+    in ``x`` zero (zero-weight points: the derivative of their interpolated value), zero
+    in ``y`` and the weights where a bound clips (the bound's tangent there). Under
+    ``vmap`` every batch row is an independent problem; grouping by ``group`` is usually
+    faster than ``vmap`` for ragged problems (one sort of all points).
 
     Args:
         x: ``[n]`` finite scores.
@@ -173,24 +190,8 @@ def isotonic_regression(
         raise ValueError(f"increasing must be True or False; got {increasing!r}.")
     _check_bounds(y_min, y_max)
     native = pav_cpu_available()
-    if _shapes.is_traced(x, y, sample_weight, group):
-        x = jnp.asarray(x)
-        y = jnp.asarray(y, x.dtype)
-        w = jnp.ones_like(y) if sample_weight is None else jnp.asarray(sample_weight, y.dtype)
-        lo = jnp.asarray(-jnp.inf if y_min is None else y_min, y.dtype)
-        hi = jnp.asarray(jnp.inf if y_max is None else y_max, y.dtype)
-        has_group = group is not None
-        return _pav_fitted(
-            x,
-            y,
-            w,
-            group if has_group else jnp.zeros((), jnp.int32),
-            jnp.asarray(bool(increasing)),
-            lo,
-            hi,
-            has_group=has_group,
-            kernel="auto" if native else "portable",
-        )
+    if _shapes.is_traced(x, y, sample_weight, group, y_min, y_max):
+        return _traced_fit(x, y, sample_weight, group, increasing, y_min, y_max, "portable")
     float32_in = is_float32(x)
     x = check_scores(x, name="x")
     n = x.shape[0]
@@ -225,6 +226,49 @@ def isotonic_regression(
         if zero.any():
             host = _interpolate_zero_weight(x_in, host, zero, group_in).astype(host.dtype)
     return jax.device_put(host.astype(np.float32) if float32_in else host)
+
+
+def _traced_fit(x, y, sample_weight, group, increasing, y_min, y_max, kernel: str):
+    """``isotonic_regression`` on tracers (no validation, no padding): ``_pav_fitted``."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    y = jnp.asarray(y).astype(x.dtype)
+    w = jnp.ones_like(y) if sample_weight is None else jnp.asarray(sample_weight).astype(y.dtype)
+    lo = jnp.asarray(-jnp.inf if y_min is None else y_min).astype(y.dtype)
+    hi = jnp.asarray(jnp.inf if y_max is None else y_max).astype(y.dtype)
+    has_group = group is not None
+    return _pav_fitted(
+        x,
+        y,
+        w,
+        group if has_group else jnp.zeros((), jnp.int32),
+        jnp.asarray(bool(increasing)),
+        lo,
+        hi,
+        has_group=has_group,
+        kernel=kernel,
+    )
+
+
+def isotonic_regression_in_program(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    sample_weight: jax.Array | None = None,
+    group: jax.Array | None = None,
+    increasing: bool = True,
+    y_min: jax.Array | None = None,
+    y_max: jax.Array | None = None,
+) -> jax.Array:
+    """:func:`isotonic_regression` for jaxcal's own jitted programs, which are neither
+    differentiated nor exported (metrics, alternating fits): the compiled CPU kernel in
+    programs compiled for a CPU (where it is built), the merge tree elsewhere, picked by
+    ``jax.lax.platform_dependent``. The public function takes the merge tree on tracers, so
+    that a caller's program differentiates and exports; the numbers are the same to rounding.
+    Inputs are trusted (as the public function's on tracers)."""
+    kernel = "auto" if pav_cpu_available() else "portable"
+    return _traced_fit(x, y, sample_weight, group, increasing, y_min, y_max, kernel)
 
 
 def _order_keys(x: np.ndarray, dtype) -> np.ndarray | None:
@@ -392,3 +436,70 @@ def isotonic_knots(
     v = np.repeat(rv[first], 2)
     keep = np.r_[True, u[1:] != u[:-1]]
     return u[keep], v[keep]
+
+
+def compact(keep: jax.Array, size: int, *arrays: jax.Array) -> tuple[list[jax.Array], jax.Array]:
+    """The entries of ``arrays`` where ``keep`` (in order), then copies of the last kept
+    one, as ``[size]`` arrays (``size >= keep.sum()``), and the number kept: a knot table of
+    fixed size for a traced fit (padded as ``jaxcal.calibrators._knots.padded_knots``
+    pads). Pure JAX; differentiable in ``arrays``."""
+    dest = jnp.where(keep, jnp.cumsum(keep) - 1, size)
+    k = jnp.sum(keep)
+    last = jnp.minimum(jnp.arange(size), jnp.maximum(k - 1, 0))
+    out = [jnp.zeros(size, a.dtype).at[dest].set(a, mode="drop")[last] for a in arrays]
+    return out, k
+
+
+def cir_knots_pure(
+    x: jax.Array, w: jax.Array, v: jax.Array, n_valid: jax.Array, *, flat_values=(0.0, 1.0)
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`cir_knots` in JAX, on tracers: the same knots, as ``[2 m + 2]`` arrays padded
+    by repeating the last knot (``x, w, v`` are ``[m]``; their first ``n_valid`` entries are
+    the positions, weights and fitted values, the rest copies of the last position and
+    value, as :func:`compact` leaves them). Knots of equal position are kept (they carry
+    equal values, and ``interpolate`` never interpolates across them)."""
+    m = x.shape[0]
+    idx = jnp.arange(m)
+    valid = idx < n_valid
+    start = valid & jnp.concatenate([jnp.ones(1, bool), v[1:] != v[:-1]])
+    is_last = valid & jnp.concatenate([start[1:] | ~valid[1:], jnp.ones(1, bool)])
+    block = jnp.where(valid, jnp.cumsum(start) - 1, m)
+    seg = lambda a: jax.ops.segment_sum(a, block, num_segments=m)  # noqa: E731
+    zero = jnp.zeros((), x.dtype)
+    first_x = seg(jnp.where(start, x, zero))
+    last_x = seg(jnp.where(is_last, x, zero))
+    bv = seg(jnp.where(start, v, zero))
+    bw = seg(w)
+    centre = seg(w * x) / jnp.where(bw > 0, bw, 1)
+    centre = jnp.clip(centre, first_x, last_x)  # rounding guard
+    flat = jnp.zeros(m, bool)
+    for f in flat_values:
+        flat = flat | (bv == f)
+    real = idx < jnp.sum(start)
+    left = jnp.where(real, jnp.where(flat, first_x, centre), x[-1])
+    right = jnp.where(real, jnp.where(flat, last_x, centre), x[-1])
+    bv = jnp.where(real, bv, v[-1])
+    u = jnp.concatenate([x[:1], jnp.stack([left, right], 1).reshape(-1), x[-1:]])
+    vals = jnp.concatenate([v[:1], jnp.repeat(bv, 2), v[-1:]])
+    return u, vals
+
+
+def isotonic_knots_pure(
+    u: jax.Array, t: jax.Array, w: jax.Array, *, centred: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`isotonic_knots` in JAX, on tracers (``jit``, ``vmap``, ``grad``, export):
+    the knots ``(u, v)`` of the isotonic map of ``t`` on the positions ``u`` (``-x`` for a
+    decreasing map), by the merge tree with its derivatives (:func:`pav_differentiable`).
+
+    The table has a fixed size: ``[n]`` (every run of positive weight is a knot with its
+    block's value: the same map as the block ends :func:`isotonic_knots` keeps, linearly
+    interpolated or as a step) or ``[2 n + 2]`` for ``centred=True`` (:func:`cir_knots_pure`),
+    padded by repeating the last knot. Zero-weight points add no knots."""
+    n = u.shape[0]
+    r = pav_differentiable(u, t, w)
+    has_w = r.run_weight > 0  # padding runs of the merge tree have none
+    if not centred:
+        (kx, kv), _ = compact(has_w, n, r.run_x, r.run_value)
+        return kx, kv
+    (rx, rw, rv), k = compact(has_w, n, r.run_x, r.run_weight, r.run_value)
+    return cir_knots_pure(rx, rw, rv, k)

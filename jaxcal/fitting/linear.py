@@ -24,7 +24,7 @@ from jaxcal.fitting.solver import (
     solve_batch,
 )
 
-__all__ = ["fit_linear", "default_tol"]
+__all__ = ["fit_linear", "fit_linear_differentiable", "kkt_tangent", "default_tol"]
 
 # the largest problems the compiled kernel takes (jaxcal/_native/linear_logit_cpu.cc)
 _KERNEL_MAX_PARAMS, _KERNEL_MAX_ROWS = 16, 8
@@ -140,6 +140,7 @@ def fit_linear(
     method="discriminative",
     stride: int | None = None,
     lockstep: bool | None = None,
+    portable: bool = False,
 ) -> tuple[jax.Array, ScoreRange, SolverStatus]:
     """Pure fit of one problem (``[n]`` arrays) or of ``B`` problems (``[B, n]`` arrays, zero
     weight = masked): ``(theta, ctx, status)`` (see ``_solver.solve``).
@@ -155,6 +156,8 @@ def fit_linear(
     A single problem without a sketch, on concrete arrays and a CPU, runs on the compiled
     kernel where it is available (:func:`_native_solver`): the same method, a program that
     compiles in a tenth of the time; the two agree to the solver's tolerance.
+    ``portable=True`` never takes the kernel (the pure fits: exported programs and
+    derivatives do not depend on it).
     """
     batch = jnp.ndim(scores) == 2
     if method == "generative":
@@ -163,7 +166,7 @@ def fit_linear(
     stride = sketch_stride(jnp.shape(scores)[-1]) if stride is None else int(stride)
     if not batch:
         args = (scores, targets, weights, l2, max_iter, tol)
-        if stride == 1 and _native_solver(*args):
+        if stride == 1 and not portable and _native_solver(*args):
             return _solve_native_jit(family, *args)
         return _solve_jit(family, *args, stride=stride)
     if lockstep is None:
@@ -198,3 +201,175 @@ def default_tol(dtype) -> float:
     ``eps^2 * sum(w)``, far below these thresholds, so they are reachable.
     """
     return 1e-18 if jnp.dtype(dtype) == jnp.float64 else 1e-9
+
+
+# ----------------------------------------------------------------- derivatives of the fit
+# The discriminative fit theta*(s, t, w) is the solution of a convex problem, so its
+# derivative with respect to the data follows from the KKT conditions at the solution
+# (implicit differentiation), not from the solver's iterations: with the active rows A,
+#
+#     F(theta, mu; s, t, w) = [grad_theta L(theta; s, t, w) - C_A(ctx)^T mu ;  C_A(ctx) theta] = 0
+#
+# (ctx: the score range, itself a function of the scores), so that
+#
+#     d(theta, mu) = -J^{-1} (dF/d(s, t, w)) . d(s, t, w),   J = dF/d(theta, mu).
+#
+# Inactive rows contribute mu_j = 0 (the row of F for them is mu_j itself).
+
+
+def _slope_mask(family: LinearLogitFamily, dtype) -> jax.Array:
+    pen = jnp.ones(family.n_params, dtype)
+    if family.intercept_index is not None:
+        pen = pen.at[family.intercept_index].set(0.0)
+    return pen
+
+
+def _objective_gradient(family: LinearLogitFamily, l2, theta, scores, targets, weights):
+    """``grad_theta L`` and the constraint rows ``C(ctx)`` of one problem (in JAX, so that
+    ``jax.jvp`` carries the dependence on the data, through the context as well)."""
+    ctx = family.context(scores, weights)
+    X = family.features(scores, ctx)
+    z = X @ theta
+    grad = (
+        X.T @ (weights * (jax.nn.sigmoid(z) - targets))
+        + l2 * _slope_mask(family, theta.dtype) * theta
+    )
+    return grad, family.constraints(ctx)
+
+
+def _kkt_map(family: LinearLogitFamily, l2, active, theta, mu, scores, targets, weights):
+    """``F(theta, mu; data)`` of the module's comment: ``[p + k]``."""
+    grad, C = _objective_gradient(family, l2, theta, scores, targets, weights)
+    a = active.astype(theta.dtype)
+    Ca = C * a[:, None]
+    return jnp.concatenate([grad - Ca.T @ mu, Ca @ theta + (1.0 - a) * mu])
+
+
+def kkt_tangent(
+    family: LinearLogitFamily,
+    l2,
+    theta: jax.Array,
+    active: jax.Array,
+    primals: tuple,
+    tangents: tuple,
+) -> jax.Array:
+    r"""The derivative of the constrained optimum ``theta`` along ``tangents`` of the data
+    ``primals = (scores, targets, weights)``, by the implicit function theorem at the KKT
+    point with the ``active`` rows held with equality:
+
+    .. math::
+
+        \begin{bmatrix} \nabla^2_\theta L & -C_A^\top \\ C_A & 0 \end{bmatrix}
+        \begin{bmatrix} \dot\theta \\ \dot\mu_A \end{bmatrix}
+        = -\begin{bmatrix} \partial_d (\nabla_\theta L - C_A^\top\mu_A)\,\dot d \\
+        \partial_d (C_A\theta)\,\dot d \end{bmatrix},
+
+    where :math:`d = (s, t, w)` and :math:`C_A` depends on the scores through the context
+    (the score range). The multipliers :math:`\mu_A` are the least-squares solution of
+    :math:`\nabla_\theta L = C_A^\top\mu_A` at the solution. Without active rows this is the
+    classic :math:`\dot\theta = -H^{-1}\,\partial_d\nabla_\theta L\,\dot d`. The Jacobian is
+    ``jax.jacobian`` of the KKT map (``p + k <= 6`` unknowns), the right side ``jax.jvp`` of
+    it in the data; both linear in the tangents, so reverse mode transposes it.
+    """
+    dtype = theta.dtype
+    theta = jax.lax.stop_gradient(theta)
+    grad, C = _objective_gradient(family, l2, theta, *primals)
+    a = active.astype(dtype)
+    Ca = C * a[:, None]
+    G = Ca @ Ca.T + jnp.diag(1.0 - a)
+    mu = jnp.linalg.solve(G, Ca @ grad)  # 0 on the inactive rows
+    p = theta.shape[0]
+
+    def in_unknowns(z):
+        return _kkt_map(family, l2, active, z[:p], z[p:], *primals)
+
+    J = jax.jacobian(in_unknowns)(jnp.concatenate([theta, mu]))
+    _, rhs = jax.jvp(
+        lambda s, t, w: _kkt_map(family, l2, active, theta, mu, s, t, w), primals, tangents
+    )
+    return -jnp.linalg.solve(J, rhs)[:p]
+
+
+def _pack_status(status: SolverStatus) -> jax.Array:
+    dtype = status.objective.dtype
+    head = jnp.stack(
+        [
+            status.converged.astype(dtype),
+            status.code.astype(dtype),
+            status.n_iter.astype(dtype),
+            status.objective,
+            status.kkt_residual,
+        ]
+    )
+    return jnp.concatenate([head, status.active.astype(dtype), status.multipliers])
+
+
+def _unpack_status(v: jax.Array, k: int) -> SolverStatus:
+    v = jax.lax.stop_gradient(v)
+    return SolverStatus(
+        converged=v[0] > 0.5,
+        code=v[1].astype(jnp.int32),
+        n_iter=v[2].astype(jnp.int32),
+        objective=v[3],
+        active=v[5 : 5 + k] > 0.5,
+        multipliers=v[5 + k :],
+        kkt_residual=v[4],
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _solve_differentiable(spec, scores, targets, weights):
+    family, l2, max_iter, tol = spec
+    dtype = scores.dtype
+    theta, _, status = fit_linear(
+        family,
+        scores,
+        targets,
+        weights,
+        jnp.asarray(l2, dtype),
+        jnp.asarray(max_iter, jnp.int32),
+        jnp.asarray(tol, dtype),
+        portable=True,
+    )
+    return theta, _pack_status(status)
+
+
+@_solve_differentiable.defjvp
+def _solve_differentiable_jvp(spec, primals, tangents):
+    family, l2 = spec[0], spec[1]
+    theta, packed = _solve_differentiable(spec, *primals)
+    k = (packed.shape[0] - 5) // 2
+    active = _unpack_status(packed, k).active
+    dtheta = kkt_tangent(family, l2, theta, active, primals, tangents)
+    return (theta, packed), (dtheta, jnp.zeros_like(packed))
+
+
+def fit_linear_differentiable(
+    family: LinearLogitFamily,
+    scores: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    *,
+    l2: float,
+    max_iter: int,
+    tol: float,
+) -> tuple[jax.Array, ScoreRange, SolverStatus]:
+    """The discriminative fit of one problem (``[n]`` arrays of one float dtype, possibly
+    tracers) with derivatives: ``(theta, ctx, status)`` as :func:`fit_linear` (its portable
+    path: never the compiled kernel), differentiable (``jvp``, ``grad``, any order of
+    ``jit`` / ``vmap``) in ``scores``, ``targets`` and ``weights``.
+
+    ``theta`` is differentiated implicitly at the KKT point (:func:`kkt_tangent`), never
+    through the Newton iterations; ``ctx`` (the score range) by JAX (the derivative of a
+    minimum is that of the score attaining it); ``status`` carries no derivative. The
+    derivative is that of the optimum on its active set: where a constraint is about to
+    become active or inactive (a multiplier or a constraint value at 0) the map is not
+    differentiable and this is the derivative from the side of the current active set.
+
+    The hyperparameters ``l2``, ``max_iter`` and ``tol`` are Python numbers (static).
+    """
+    spec = (family, float(l2), int(max_iter), float(tol))
+    theta, packed = _solve_differentiable(spec, scores, targets, weights)
+    ctx = family.context(scores, weights)
+    k = (packed.shape[0] - 5) // 2
+    return theta, ctx, _unpack_status(packed, k)

@@ -64,7 +64,16 @@ from jax import lax
 from jaxcal._vma import varying_like
 from jaxcal._weights import normalize_weights, normalize_weights_host
 
-__all__ = ["PAVResult", "pav", "order_key", "normalize_weights", "normalize_weights_host"]
+__all__ = [
+    "PAVResult",
+    "pav",
+    "pav_differentiable",
+    "normalize_weights_differentiable",
+    "clip_to_bounds",
+    "order_key",
+    "normalize_weights",
+    "normalize_weights_host",
+]
 
 
 class PAVResult(NamedTuple):
@@ -412,7 +421,7 @@ def _fitted_values(run, run_x, run_group, run_weight, run_value, lo, hi):
     if per_point:  # each point clips its neighbours' values with its own bounds
         arrays = tuple(a[run] for a in arrays)
     has_w, ok0, ok1, x0, x1, v0, v1, u, v = arrays
-    clip = lambda a: a if lo is None and hi is None else jnp.clip(a, lo, hi)  # noqa: E731
+    clip = lambda a: a if lo is None and hi is None else clip_to_bounds(a, lo, hi)  # noqa: E731
     c0, c1 = clip(v0), clip(v1)
     dx = x1 - x0
     between = ok0 & ok1 & (dx > 0)
@@ -421,3 +430,117 @@ def _fitted_values(run, run_x, run_group, run_weight, run_value, lo, hi):
     filled = jnp.where(ok0, inner, jnp.where(ok1, c1, clip(jnp.zeros((), v.dtype))))
     out = jnp.where(has_w, clip(v), filled)
     return out if per_point else out[run]
+
+
+def clip_to_bounds(v: jax.Array, lo, hi) -> jax.Array:
+    """``jnp.clip(v, lo, hi)`` (the same numbers; ``None`` is no bound) whose derivative is
+    ``v``'s up to and at the bounds and the bound's beyond it: a fitted value that only
+    reaches a bound (a block of 0/1 labels that are all 1) keeps its tangent, where
+    ``jnp.clip`` would halve it."""
+    if lo is not None:
+        v = jnp.where(v < lo, lo, v)
+    if hi is not None:
+        v = jnp.where(v > hi, hi, v)
+    return v
+
+
+def pav_differentiable(
+    x: jax.Array,
+    y: jax.Array,
+    w: jax.Array,
+    group: jax.Array | None = None,
+    lo: jax.Array | None = None,
+    hi: jax.Array | None = None,
+) -> PAVResult:
+    r""":func:`pav` with derivatives: the same :class:`PAVResult`, whose ``fitted``,
+    ``run_x``, ``run_weight`` and ``run_value`` carry a ``jax.custom_jvp`` (forward and
+    reverse mode, under ``jit`` and ``vmap``).
+
+    The merge tree itself is not differentiated: its ``while_loop`` s only decide the
+    blocks, and for fixed blocks the fit is a smooth function of the data. A block
+    :math:`B`'s value is the weighted mean of its targets, :math:`f_B = \sum_B w_i y_i /
+    \sum_B w_i`, so
+
+    .. math::  \dot f_B = \frac{\sum_{i \in B} \big(w_i \dot y_i
+        + \dot w_i (y_i - f_B)\big)}{\sum_{i \in B} w_i},
+
+    with zero tangent with respect to ``x`` (the fit is piecewise constant in the scores:
+    it depends on their order only), and, where a bound clips the value, the bound's
+    tangent instead (zero with respect to ``y`` and ``w``). A point of a zero-weight run
+    gets the derivative of its interpolated value (``jaxcal.fitting.pav`` module
+    docstring), which does depend on the scores: on its own and on those of the
+    neighbouring runs it interpolates between. Tied scores share one run, whose score
+    tangent is the mean of theirs. This is the exact derivative wherever the blocks do not
+    change under a small perturbation: no two adjacent blocks have equal means (then PAV
+    pools them at the one point and not at its neighbours) and no tied scores are pulled
+    apart. The derivative with respect to a weight that is zero is one-sided (as if the
+    point had a small positive weight in the block PAV pooled it with).
+
+    Args:
+        x, y, w, group, lo, hi: as in :func:`pav`.
+
+    Returns:
+        The :class:`PAVResult` of :func:`pav` (the same numbers).
+    """
+    r = pav(
+        *(lax.stop_gradient(a) for a in (x, y, w)),
+        group,
+        *(None if b is None else lax.stop_gradient(b) for b in (lo, hi)),
+    )
+    fitted, run_x, run_weight, run_value = _with_tangents(x, y, w, lo, hi, r)
+    return r._replace(fitted=fitted, run_x=run_x, run_weight=run_weight, run_value=run_value)
+
+
+@jax.custom_jvp
+def _with_tangents(x, y, w, lo, hi, r: PAVResult):
+    """``r``'s differentiable arrays as they are; the tangents come from
+    :func:`_smooth_fit` (``r`` fixes the runs and blocks)."""
+    del x, y, w, lo, hi
+    return r.fitted, r.run_x, r.run_weight, r.run_value
+
+
+@_with_tangents.defjvp
+def _with_tangents_jvp(primals, tangents):
+    x, y, w, lo, hi, r = primals
+    dx, dy, dw, dlo, dhi, _ = tangents
+
+    def smooth(x, y, w, bounds):
+        return _smooth_fit(x, y, normalize_weights_differentiable(w), *bounds, r)
+
+    _, out_tangents = jax.jvp(smooth, (x, y, w, (lo, hi)), (dx, dy, dw, (dlo, dhi)))
+    return (r.fitted, r.run_x, r.run_weight, r.run_value), out_tangents
+
+
+def normalize_weights_differentiable(w: jax.Array) -> jax.Array:
+    """:func:`normalize_weights` (the same numbers) with the derivative of ``w / 2**e``:
+    the tangent ``dw / 2**e`` (the exponent ``e`` is piecewise constant; the integer
+    operations of :func:`normalize_weights` alone would give no tangent). One problem per
+    call (``[n]``; ``vmap`` for more)."""
+    wn = normalize_weights(lax.stop_gradient(w))
+    top = jnp.max(lax.stop_gradient(w))
+    scale = jnp.where(top > 0, jnp.max(wn) / jnp.where(top > 0, top, 1), 1)
+    return wn + (w - lax.stop_gradient(w)) * lax.stop_gradient(scale)
+
+
+def _smooth_fit(x, y, wn, lo, hi, r: PAVResult):
+    """The fit recomputed from sums over the runs and blocks that ``r`` fixes: a smooth
+    function of the scores, targets, normalised weights and bounds, equal to ``r``'s
+    arrays up to the rounding of the sums (differentiated by :func:`pav_differentiable`)."""
+    size = r.run_x.shape[0]
+    run = r.run_of_point
+    seg = lambda v: jax.ops.segment_sum(v, run, num_segments=size)  # noqa: E731
+    count = seg(jnp.ones_like(x))
+    # the run's score as pav has it, with the mean tangent of its tied points (padding runs,
+    # -inf in r, at 0: an infinite operand would make the reverse mode's zeros NaN)
+    run_x = jnp.where(count > 0, r.run_x, 0) + seg(x - lax.stop_gradient(x)) / jnp.maximum(count, 1)
+    sw, sy = seg(wn), seg(wn * y)
+    pos = jnp.arange(size)
+    block = _scan(jnp.maximum, jnp.where(r.block_start, pos, 0))
+    bsum = lambda v: jax.ops.segment_sum(  # noqa: E731
+        v, block, num_segments=size, indices_are_sorted=True
+    )[block]
+    bw, by = bsum(sw), bsum(sy)
+    run_value = jnp.where(bw > 0, by / jnp.where(bw > 0, bw, 1), 0)
+    # which runs have weight is part of the structure: r's (normalised) run weights
+    fitted = _fitted_values(run, run_x, r.run_group, r.run_weight, run_value, lo, hi)
+    return fitted, run_x, sw, run_value

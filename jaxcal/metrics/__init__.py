@@ -6,7 +6,11 @@ per-user ranking metrics
 from the pooled binary ``auc``), and metrics of explicit-rating predictions (``rating_mse``,
 ``rating_mae``, ``kendall_tau_per_user``), and the same metrics from counts by distinct score
 (``score_counts``; ``auc_from_counts``, ... for data larger than memory or spread over
-processes)."""
+processes).
+
+Every metric is also a JAX function: on traced inputs (inside ``jit``, ``vmap``, ``grad``,
+``jax.export``) it runs its pure core in the caller's program, and data that the eager call
+refuses gives NaN (docs/metrics.md, "Inside jit, vmap and grad")."""
 
 from jaxcal._lazy import lazy_exports
 
@@ -37,7 +41,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "rating_mae": "jaxcal.metrics.ratings",
         "kendall_tau_per_user": "jaxcal.metrics.ratings",
         "ScoreCounts": "jaxcal.fitting.score_counts",
-        "score_counts": "jaxcal.fitting.score_counts",
+        "score_counts": "jaxcal.metrics.counts",
         "auc_from_counts": "jaxcal.metrics.counts",
         "brier_from_counts": "jaxcal.metrics.counts",
         "nll_from_counts": "jaxcal.metrics.counts",

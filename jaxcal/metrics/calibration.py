@@ -31,6 +31,11 @@ midpoint is below 0.5 are scored on the *negative* class: their confidence is
 how the paper draws reliability diagrams. Because
 :math:`|(1 - a) - (1 - c)| = |a - c|`, ECE and MCE are the same number with or without it;
 the flag changes what :func:`reliability` reports (and what the diagrams show).
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) every metric runs its
+pure core without validation on the host: invalid values give NaN (docs/metrics.md,
+"Inside jit, vmap and grad"). ECE, NLL and Brier are differentiable in ``probs`` (ECE within
+its bins: the bin of each probability is piecewise constant); MCE is too, almost everywhere.
 """
 
 from __future__ import annotations
@@ -46,7 +51,14 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_labels, check_probs, check_sample_weight
+from jaxcal._validation import (
+    check_labels,
+    check_probs,
+    check_pure,
+    check_sample_weight,
+    nan_where,
+)
+from jaxcal.metrics._pure import quantile_edges
 
 __all__ = [
     "BinStats",
@@ -268,7 +280,8 @@ def bin_edges(
         strategy: ``"uniform"`` or ``"quantile"``.
 
     Returns:
-        ``[n_bins + 1]`` non-decreasing edges with ``edges[0] = 0`` and ``edges[-1] = 1``.
+        ``[n_bins + 1]`` non-decreasing edges with ``edges[0] = 0`` and ``edges[-1] = 1``
+        (a ``jax.Array`` for traced ``probs``: their quantiles, unchecked).
 
     Raises:
         ValueError: bad ``n_bins`` or ``strategy``, or ``probs`` missing for quantile bins.
@@ -281,6 +294,8 @@ def bin_edges(
         return np.linspace(0.0, 1.0, int(n_bins) + 1)
     if probs is None:
         raise ValueError('strategy="quantile" needs the probabilities to place the edges.')
+    if _shapes.is_traced(probs):
+        return quantile_edges(jnp.sort(jnp.ravel(probs)), int(n_bins))
     edges = np.quantile(check_probs(probs), np.linspace(0.0, 1.0, int(n_bins) + 1))
     edges[0], edges[-1] = 0.0, 1.0
     return np.maximum.accumulate(edges)
@@ -320,6 +335,10 @@ def ece(
         0.2
     """
     del symmetric  # |(1 - a) - (1 - c)| = |a - c|: same value either way
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
+        return nan_where(invalid, _ece_core(p, y, w, edges))
     p, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
     return _ece_core(*_padded(p.shape[0], p, y, w), edges)
@@ -365,6 +384,11 @@ def mce(
         ValueError: as in :func:`ece`, or ``min_count < 1``, ``min_fraction`` outside [0, 1).
     """
     del symmetric  # invariant, see ece
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        threshold = _min_count(p.shape[0], min_count, min_fraction)
+        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
+        return nan_where(invalid, _mce_core(p, y, w, edges, threshold))
     p, y, w = _check(probs, labels, sample_weight)
     threshold = _min_count(p.shape[0], min_count, min_fraction)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
@@ -400,6 +424,11 @@ def reliability(
         >>> r.count.tolist()[:2], r.accuracy.tolist()[1]
         ([1.0, 1.0], 1.0)
     """
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
+        table = _reliability_core(p, y, w, edges, symmetric=bool(symmetric))
+        return nan_where(invalid, table)
     p, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
     return _reliability_core(
@@ -425,7 +454,8 @@ def nll(
 
     Args:
         probs, labels, sample_weight: as in :func:`ece`.
-        eps: clipping constant in (0, 0.5), or ``None`` for the dtype's machine epsilon.
+        eps: clipping constant in (0, 0.5), or ``None`` for the dtype's machine epsilon
+            (inside a trace: the machine epsilon of the probabilities' dtype).
 
     Returns:
         Scalar NLL (nats per sample).
@@ -433,6 +463,13 @@ def nll(
     Raises:
         ValueError: as in :func:`ece`, or ``eps`` outside (0, 0.5).
     """
+    if _shapes.is_traced(probs, labels, sample_weight, eps):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        if eps is None:
+            eps = float(jnp.finfo(p.dtype).eps)
+        elif not _shapes.is_traced(eps) and not 0.0 < eps < 0.5:
+            raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
+        return nan_where(invalid, _nll_core(p, y, w, jnp.asarray(eps, p.dtype)))
     p, y, w = _check(probs, labels, sample_weight)
     dtype = jnp.result_type(float)
     if eps is None:
@@ -453,5 +490,8 @@ def brier(
     Raises:
         ValueError: as in :func:`ece`.
     """
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        return nan_where(invalid, _brier_core(p, y, w))
     p, y, w = _check(probs, labels, sample_weight)
     return _brier_core(*_padded(p.shape[0], p, y, w))

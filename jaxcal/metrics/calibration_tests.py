@@ -69,6 +69,12 @@ counts as absent; all-equal weights give the unweighted results.
   \bar h_\omega)^2 / (\sum_k \omega_k)^2`, :math:`1 - \Phi(\bar h_\omega / \sqrt{\hat
   V})`, which for equal weights is the unweighted :math:`1 - \Phi(\sqrt m\,\bar h / s_h)`.
 * The default bandwidth (median heuristic) uses the points of positive weight.
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) both tests run their
+pure cores (the points of positive weight are moved to the front in the program, stably,
+instead of selected on the host) and invalid data gives NaN (docs/metrics.md). Both
+statistics are differentiable in ``probs`` (the SKCE also through the median-heuristic
+bandwidth, almost everywhere); the p-values of the resampling test are piecewise constant.
 """
 
 from __future__ import annotations
@@ -85,8 +91,14 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_labels, check_probs, check_sample_weight
-from jaxcal._weights import normalize_weights_host
+from jaxcal._validation import (
+    check_labels,
+    check_probs,
+    check_pure,
+    check_sample_weight,
+    nan_where,
+)
+from jaxcal._weights import normalize_weights, normalize_weights_host
 from jaxcal.metrics._keys import key_from_parts, key_parts
 
 __all__ = ["CalibrationTest", "skce", "spiegelhalter_z"]
@@ -162,6 +174,59 @@ def _median_bandwidth(p: np.ndarray) -> float:
     return float(np.median(d)) if d.size else 1.0
 
 
+def _median_bandwidth_pure(p, n_positive):
+    """:func:`_median_bandwidth` of the first ``n_positive`` entries of ``p`` (traced)."""
+    half = p.shape[0] // 2
+    d = jnp.abs(p[: 2 * half : 2] - p[1 : 2 * half : 2])
+    valid = (jnp.arange(half) < n_positive // 2) & (d > 0)
+    ordered = jnp.sort(jnp.where(valid, d, jnp.inf))
+    c = jnp.sum(valid)
+    lo = ordered[jnp.clip((c - 1) // 2, 0, half - 1)]
+    hi = ordered[jnp.clip(c // 2, 0, half - 1)]
+    return jnp.where(c > 0, 0.5 * (lo + hi), 1.0)
+
+
+def _skce_pure(probs, labels, sample_weight, estimator, kernel, bandwidth, key, n_resamples):
+    """:func:`skce` on traced inputs: no host work, invalid data gives NaN."""
+    p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    n = p.shape[0]
+    need = 4 if estimator == "linear" else 2
+    if n < need:
+        raise ValueError(f"the {estimator} SKCE needs more probabilities; got n = {n}.")
+    w = normalize_weights(w)
+    order = jnp.argsort(~(w > 0), stable=True)  # points of positive weight first
+    n_pos = jnp.sum(w > 0)
+    invalid = invalid | (n_pos < need)
+    if bandwidth is None:
+        bandwidth = _median_bandwidth_pure(p[order], n_pos)
+    bw = jnp.asarray(bandwidth, p.dtype)
+    if estimator == "linear":
+        size = n + n % 2
+        keep = jnp.arange(size) < 2 * (n_pos // 2)
+        pp, yy, ww = (jnp.pad(a[order], (0, size - n)) for a in (p, y, w))
+        pp, yy = jnp.where(keep, pp, 0.5), jnp.where(keep, yy, 0.5)
+        ww = jnp.where(keep, ww, 0.0)
+        m = (n_pos // 2).astype(p.dtype)
+        return nan_where(invalid, _linear_core(pp, yy, ww, m, bw, kernel=kernel))
+    size = -(-n // _BLOCK) * _BLOCK
+    pp, yy = (jnp.pad(a, (0, size - n), constant_values=0.5) for a in (p, y))
+    ww = jnp.pad(w, (0, size - n))
+    key_data, impl = key_parts(jax.random.key(0) if key is None else key)
+    total = jnp.sum(w)
+    out = _unbiased_core(
+        pp,
+        yy,
+        ww,
+        total * total - jnp.dot(w, w),
+        bw,
+        key_data,
+        kernel=kernel,
+        n_resamples=int(n_resamples),
+        impl=impl,
+    )
+    return nan_where(invalid, out)
+
+
 def skce(
     probs: ArrayLike,
     labels: ArrayLike,
@@ -215,6 +280,18 @@ def skce(
         raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
     if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 0:
         raise ValueError(f"n_resamples must be a non-negative integer; got {n_resamples!r}.")
+    traced = _shapes.is_traced(probs, labels, sample_weight, bandwidth, key)
+    if bandwidth is not None and not _shapes.is_traced(bandwidth):
+        if not (np.isfinite(bandwidth) and bandwidth > 0):
+            raise ValueError(f"bandwidth must be a positive number; got {bandwidth!r}.")
+    if traced:
+        if estimator == "unbiased" and n_resamples and key is None:
+            raise ValueError(
+                "the unbiased SKCE's p-value resamples labels: pass key=jax.random.key(...), "
+                "or n_resamples=0 for the statistic alone."
+            )
+        args = (probs, labels, sample_weight, estimator, kernel, bandwidth, key, n_resamples)
+        return CalibrationTest(*_skce_pure(*args))
     p, y, w = _check_weighted(probs, labels, sample_weight)
     positive = w > 0
     n = int(positive.sum())
@@ -300,6 +377,11 @@ def spiegelhalter_z(
         >>> round(float(z), 4)
         -0.8805
     """
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        w = normalize_weights(w)
+        invalid = invalid | ~jnp.any((p > 0) & (p < 1) & (p != 0.5) & (w > 0))
+        return CalibrationTest(*nan_where(invalid, _spiegelhalter_core(p, y, w)))
     p, y, w = _check_weighted(probs, labels, sample_weight)
     if not np.any((p > 0) & (p < 1) & (p != 0.5) & (w > 0)):
         raise ValueError(

@@ -25,6 +25,14 @@ labels are :math:`y^*_i \sim \mathrm{Bernoulli}(p_i)`; the CORP curve of ``n_res
 such label vectors (``jax.vmap`` over resamples of one jitted PAV) gives, at every distinct
 forecast value, the band between its ``(1 - level)/2`` and ``(1 + level)/2`` quantiles. A
 reliability curve outside the band is evidence of miscalibration there.
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) both functions run in
+the program (the PAV of :func:`jaxcal.isotonic_regression` on tracers) and invalid data
+gives NaN. The number :math:`K` of distinct forecasts is not known there, so
+``corp_reliability`` returns ``[n]`` arrays: the first :math:`K` entries are the curve, the
+others NaN (``K = sum(~isnan(forecast))`` for valid data). The PAV fit is piecewise
+constant in the forecasts: MCB and DSC vary with ``probs`` only through the mean score
+:math:`\bar S(p)` and the order of the forecasts.
 """
 
 from __future__ import annotations
@@ -40,9 +48,16 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_labels, check_probs, check_sample_weight
-from jaxcal.fitting.isotonic import isotonic_regression
+from jaxcal._validation import (
+    check_labels,
+    check_probs,
+    check_pure,
+    check_sample_weight,
+    nan_where,
+)
+from jaxcal.fitting.isotonic import isotonic_regression, isotonic_regression_in_program
 from jaxcal.metrics._keys import key_from_parts, key_parts
+from jaxcal.metrics._pure import run_starts
 
 __all__ = ["CorpDecomposition", "CorpReliability", "corp_decomposition", "corp_reliability"]
 
@@ -81,9 +96,16 @@ def _mean_score(q, y, w, score: str):
     return jnp.sum(jnp.where(w > 0, w * loss, 0)) / jnp.sum(w)
 
 
-@functools.partial(jit, static_argnames=("score",))
-def _decomposition_core(p, y, w, *, score: str):
-    recal = isotonic_regression(p, y, sample_weight=w)
+def _pav(in_program: bool):
+    """The PAV of the eager shell's own programs (``in_program``: the compiled CPU kernel
+    where built) or of a caller's trace (the pure-JAX PAV, which differentiates and
+    exports)."""
+    return isotonic_regression_in_program if in_program else isotonic_regression
+
+
+@functools.partial(jit, static_argnames=("score", "in_program"))
+def _decomposition_core(p, y, w, *, score: str, in_program: bool = False):
+    recal = _pav(in_program)(p, y, sample_weight=w)
     base = jnp.sum(w * y) / jnp.sum(w)
     s_p = _mean_score(p, y, w, score)
     s_c = _mean_score(recal, y, w, score)
@@ -140,20 +162,26 @@ def corp_decomposition(
     """
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}; got {score!r}.")
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        return CorpDecomposition(*nan_where(invalid, _decomposition_core(p, y, w, score=score)))
     p, y, w = _check(probs, labels, sample_weight)
-    return CorpDecomposition(*_decomposition_core(*_padded(p, y, w), score=score))
+    return CorpDecomposition(*_decomposition_core(*_padded(p, y, w), score=score, in_program=True))
 
 
-@functools.partial(jit, static_argnames=("n_resamples", "impl"))
-def _reliability_core(p, y, w, first, key_data, q_lo, q_hi, *, n_resamples: int, impl):
-    recal = isotonic_regression(p, y, sample_weight=w)[first]
+@functools.partial(jit, static_argnames=("n_resamples", "impl", "in_program"))
+def _reliability_core(
+    p, y, w, first, key_data, q_lo, q_hi, *, n_resamples: int, impl, in_program: bool = False
+):
+    pav = _pav(in_program)
+    recal = pav(p, y, sample_weight=w)[first]
     if n_resamples == 0:
         nan = jnp.full_like(recal, jnp.nan)
         return recal, nan, nan
 
     def resample(k):
         y_star = jax.random.bernoulli(k, p).astype(p.dtype)
-        return isotonic_regression(p, y_star, sample_weight=w)[first]
+        return pav(p, y_star, sample_weight=w)[first]
 
     keys = jax.random.split(key_from_parts(key_data, impl), n_resamples)
     curves = jax.vmap(resample)(keys)
@@ -183,7 +211,8 @@ def corp_reliability(
 
     Returns:
         A :class:`CorpReliability` at the distinct forecast values: the curve is constant
-        (a step) between them.
+        (a step) between them. Inside a trace (``jit``, ``vmap``, ...): ``[n]`` arrays, the
+        curve in the first ``K`` entries and NaN after them (module docstring).
 
     Raises:
         ValueError: invalid data, ``level`` outside (0, 1), a negative ``n_resamples``, or no
@@ -205,6 +234,8 @@ def corp_reliability(
             "the consistency band resamples labels: pass key=jax.random.key(...), or "
             "n_resamples=0 for the curve alone."
         )
+    if _shapes.is_traced(probs, labels, sample_weight, key):
+        return _reliability_pure(probs, labels, sample_weight, key, int(n_resamples), level)
     p, y, w = _check(probs, labels, sample_weight)
     forecast, first = np.unique(p, return_index=True)
     k = forecast.shape[0]
@@ -219,7 +250,32 @@ def corp_reliability(
         np.asarray((1 + level) / 2, dtype),
         n_resamples=int(n_resamples),
         impl=impl,
+        in_program=True,
     )
     return CorpReliability(
         jax.device_put(forecast.astype(dtype)), *(_shapes.unpad(o, k) for o in out)
     )
+
+
+def _reliability_pure(probs, labels, sample_weight, key, n_resamples: int, level):
+    """:func:`corp_reliability` on traced inputs: ``[n]`` arrays, NaN after the ``K``
+    distinct forecasts (and everywhere for invalid data)."""
+    p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    order = jnp.argsort(p)
+    starts, k = run_starts(p[order])
+    first = order[starts]
+    key_data, impl = key_parts(jax.random.key(0) if key is None else key)
+    out = _reliability_core(
+        p,
+        y,
+        w,
+        first,
+        key_data,
+        jnp.asarray((1 - level) / 2, p.dtype),
+        jnp.asarray((1 + level) / 2, p.dtype),
+        n_resamples=n_resamples,
+        impl=impl,
+    )
+    real = jnp.arange(p.shape[0]) < k
+    curve = CorpReliability(p[first], *out)
+    return nan_where(invalid | ~real, curve)

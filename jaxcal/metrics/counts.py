@@ -28,6 +28,17 @@ Quantised counts are refused: their scores are bins, not the scores.
 
 Each returns a Python ``float`` (float64, whatever JAX's precision).
 
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export``: :func:`score_counts` of traced data
+returns :class:`ScoreCounts` of fixed shape ``[n]`` (``n`` samples): the first :math:`m`
+entries are the counts of the :math:`m` distinct scores (or bins), the others padding of
+count and weight 0 that repeats the largest score; every metric here reads such counts
+exactly (padding adds nothing to a sum), in the program, and returns a ``jax.Array``
+scalar. Invalid data or counts (NaN, labels outside [0, 1], scores outside [0, 1] for the
+metrics of probabilities, one class for the AUC, zero total weight) give NaN.
+``bins=`` must be the edges of a grid there (a number of bins places data-dependent edges:
+``ValueError``). Brier, NLL and ECE from counts are differentiable in the counted
+probabilities (their ``scores``) and in the sums; the AUC is piecewise constant.
+
 Example:
     >>> from jaxcal.fitting.score_counts import score_counts
     >>> from jaxcal.metrics import auc, auc_from_counts
@@ -38,19 +49,159 @@ Example:
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from jaxcal._validation import check_two_classes
+from jaxcal import _shapes
+from jaxcal._validation import check_two_classes, float_array, nan_where, pure_1d
+from jaxcal.fitting import score_counts as _counts
 from jaxcal.fitting.score_counts import ScoreCounts, check_counts
+from jaxcal.losses import check_loss
 from jaxcal.metrics.calibration import STRATEGIES, _min_count, bin_edges
 
 __all__ = [
+    "score_counts",
     "auc_from_counts",
     "brier_from_counts",
     "nll_from_counts",
     "ece_from_counts",
     "mce_from_counts",
 ]
+
+
+def score_counts(
+    scores: ArrayLike,
+    labels: ArrayLike,
+    sample_weight: ArrayLike | None = None,
+    *,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+    bins: int | ArrayLike | None = None,
+) -> ScoreCounts:
+    """Counts by distinct score (:func:`jaxcal.fitting.score_counts.score_counts`, same
+    arguments), also inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export``.
+
+    Concrete inputs are counted on the host exactly as there. Traced inputs give
+    fixed-shape ``[n]`` counts: the first ``m`` entries are the distinct scores (or bins), in
+    increasing order, the others padding of count and weight 0 repeating the largest score
+    (module docstring); invalid data gives NaN sums.
+
+    Raises:
+        ValueError: as :func:`jaxcal.fitting.score_counts.score_counts`; inside a trace,
+            only for shapes, dtypes, the loss, and ``bins`` given as a number of bins.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxcal.metrics import auc_from_counts, score_counts
+        >>> s, y = jnp.array([0.1, 0.4, 0.4, 0.8]), jnp.array([0, 0, 1, 1])
+        >>> float(jax.jit(lambda s, y: auc_from_counts(score_counts(s, y)))(s, y))
+        0.875
+    """
+    if not _shapes.is_traced(scores, labels, sample_weight, propensity, bins):
+        return _counts.score_counts(
+            scores, labels, sample_weight, propensity=propensity, loss=loss, bins=bins
+        )
+    check_loss(loss, propensity)
+    if loss == "snips":
+        raise ValueError(
+            'counts cannot hold loss="snips": its normaliser is a sum over all the data, '
+            'which a chunk does not see. Use loss="ips" or "ips_positive", or fit in memory.'
+        )
+    if isinstance(bins, int | np.integer) and not isinstance(bins, bool):
+        raise ValueError(
+            f"bins={bins!r}: a number of bins places its edges from the data, which a traced "
+            "program cannot size; pass the edges of a grid (e.g. np.linspace(0, 1, 4097))."
+        )
+    s = pure_1d(scores, "scores") + 0.0  # -0.0 -> 0.0
+    n = s.shape[0]
+    y = pure_1d(labels, "labels", n=n, dtype=s.dtype)
+    if sample_weight is None:
+        w = jnp.ones_like(s)
+    else:
+        w = pure_1d(sample_weight, "sample_weight", n=n, dtype=s.dtype)
+    invalid = (
+        ~jnp.all(jnp.isfinite(s))
+        | jnp.any(~((y >= 0) & (y <= 1)))
+        | jnp.any(~jnp.isfinite(w) | (w < 0))
+    )
+    t = None
+    if loss != "naive":
+        omega = pure_1d(propensity, "propensity", n=n, dtype=s.dtype)
+        invalid = invalid | jnp.any(~((omega > 0) & (omega <= 1)))
+        if loss == "ips":
+            t = y / omega
+        else:  # ips_positive
+            w = w * (y / omega + 1.0 - y)
+    edges = None
+    key = s
+    if bins is not None:
+        edges = float_array(bins, "bins", dtype=s.dtype)
+        if edges.ndim != 1 or edges.shape[0] < 2:
+            raise ValueError(f"bins must hold at least two edges; got shape {edges.shape}.")
+        invalid = invalid | ~jnp.all(jnp.isfinite(edges)) | jnp.any(edges[1:] < edges[:-1])
+        key = jnp.searchsorted(edges[1:-1], s, side="right")
+    counts = _reduce_pure(s, key, y, w, t, edges)
+    return nan_where(invalid, counts)
+
+
+def _reduce_pure(s, key, y, w, t, edges) -> ScoreCounts:
+    """Sums per run of equal ``key`` in score order, in ``[n]`` slots (module docstring)."""
+    n = s.shape[0]
+    order = jnp.argsort(s)
+    s_sorted, k_sorted = s[order], key[order]
+    new = jnp.concatenate([jnp.ones((1,), bool), k_sorted[1:] != k_sorted[:-1]])
+    seg = jnp.cumsum(new) - 1
+    m = seg[-1] + 1
+    real = jnp.arange(n) < m
+    top = s_sorted[-1]
+
+    def total(a):
+        return jax.ops.segment_sum(a[order], seg, num_segments=n)
+
+    wy = w * y
+    lowest = jnp.where(real, jax.ops.segment_min(s_sorted, seg, num_segments=n), top)
+    upper = None
+    if edges is not None:
+        upper = jnp.where(real, jax.ops.segment_max(s_sorted, seg, num_segments=n), top)
+    target_sum = target_max = None
+    if t is not None:
+        target_sum = total(w * t)
+        target_max = jnp.max(jnp.where(w > 0, t, 0.0))
+    return ScoreCounts(
+        scores=lowest,
+        count=jax.ops.segment_sum(jnp.ones(n, int), seg, num_segments=n),
+        weight=total(w),
+        label_sum=total(wy),
+        label_variance=jnp.sum(wy * (1.0 - y)),
+        score_max=upper,
+        edges=edges,
+        target_sum=target_sum,
+        target_max=target_max,
+    )
+
+
+def _exact_pure(counts: ScoreCounts, what: str, *, probabilities: bool):
+    """:func:`_exact`'s checks of traced counts: the static ones raise, the others are
+    returned as ``invalid``."""
+    if not isinstance(counts, ScoreCounts):
+        raise ValueError(
+            f"{what} needs a ScoreCounts (from score_counts or from_chunks); got "
+            f"{type(counts).__name__}."
+        )
+    if counts.quantized:
+        raise ValueError(
+            f"{what} needs exact counts; these are quantised to bins, whose scores are not "
+            "the samples' scores. Count without bins= for metrics."
+        )
+    if not jnp.shape(counts.scores)[0]:
+        raise ValueError(f"{what}: the counts are empty.")
+    s = jnp.asarray(counts.scores)
+    invalid = ~(jnp.sum(counts.weight) > 0) | ~jnp.all(jnp.isfinite(s))
+    if probabilities:
+        invalid = invalid | jnp.any((s < 0) | (s > 1))
+    return s, invalid
 
 
 def _exact(counts: ScoreCounts, what: str, *, probabilities: bool) -> ScoreCounts:
@@ -86,6 +237,14 @@ def auc_from_counts(counts: ScoreCounts) -> float:
         >>> auc_from_counts(score_counts([0.2, 0.2, 0.7], [0, 1, 1]))
         0.75
     """
+    if _shapes.is_traced(counts):
+        _, invalid = _exact_pure(counts, "auc_from_counts", probabilities=False)
+        pos = counts.label_sum
+        neg = jnp.maximum(counts.weight - pos, 0.0)
+        invalid = invalid | ~(jnp.sum(pos) > 0) | ~(jnp.sum(neg) > 0)
+        below = jnp.cumsum(neg) - neg
+        value = jnp.dot(pos, below + 0.5 * neg) / (jnp.sum(pos) * jnp.sum(neg))
+        return nan_where(invalid, value)
     counts = _exact(counts, "auc_from_counts", probabilities=False)
     pos, neg = counts.label_sum, _negatives(counts)
     check_two_classes(np.r_[np.ones_like(pos), np.zeros_like(neg)], np.r_[pos, neg])
@@ -99,6 +258,13 @@ def brier_from_counts(counts: ScoreCounts) -> float:
     Raises:
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, or empty.
     """
+    if _shapes.is_traced(counts):
+        p, invalid = _exact_pure(counts, "brier_from_counts", probabilities=True)
+        y_sum = counts.label_sum
+        neg = jnp.maximum(counts.weight - y_sum, 0.0)
+        total = jnp.dot(neg, p * p) + jnp.dot(y_sum, (1.0 - p) ** 2)
+        value = (total - counts.label_variance) / jnp.sum(counts.weight)
+        return nan_where(invalid, value)
     counts = _exact(counts, "brier_from_counts", probabilities=True)
     p = counts.scores
     total = np.dot(_negatives(counts), p * p) + np.dot(counts.label_sum, (1.0 - p) ** 2)
@@ -117,8 +283,16 @@ def nll_from_counts(counts: ScoreCounts, *, eps: float | None = None) -> float:
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, empty, or
             ``eps`` outside (0, 0.5).
     """
-    import jax.numpy as jnp
-
+    if _shapes.is_traced(counts, eps):
+        p, invalid = _exact_pure(counts, "nll_from_counts", probabilities=True)
+        if eps is None:
+            eps = float(jnp.finfo(p.dtype).eps)
+        elif not _shapes.is_traced(eps) and not 0.0 < eps < 0.5:
+            raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
+        p = jnp.clip(p, eps, 1.0 - eps)
+        neg = jnp.maximum(counts.weight - counts.label_sum, 0.0)
+        ll = jnp.dot(counts.label_sum, jnp.log(p)) + jnp.dot(neg, jnp.log1p(-p))
+        return nan_where(invalid, -ll / jnp.sum(counts.weight))
     counts = _exact(counts, "nll_from_counts", probabilities=True)
     if eps is None:
         eps = float(jnp.finfo(jnp.result_type(float)).eps)
@@ -167,6 +341,41 @@ def _bin_sums(counts: ScoreCounts, n_bins: int, strategy: str):
     )
 
 
+def _quantile_edges_pure(counts: ScoreCounts, p, n_bins: int):
+    """:func:`_quantile_edges` of traced counts (padding entries have count 0, so the
+    order statistics never land on them)."""
+    n = jnp.sum(counts.count)
+    virtual = (n - 1).astype(p.dtype) * jnp.asarray(np.linspace(0.0, 1.0, n_bins + 1), p.dtype)
+    prev = jnp.floor(virtual)
+    gamma = virtual - prev
+    lo = prev.astype(n.dtype)
+    hi = jnp.minimum(lo + 1, n - 1)
+    cum = jnp.cumsum(counts.count)
+    last = p.shape[0] - 1
+    a = p[jnp.minimum(jnp.searchsorted(cum, lo, side="right"), last)]
+    b = p[jnp.minimum(jnp.searchsorted(cum, hi, side="right"), last)]
+    diff = b - a
+    edges = jnp.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return jax.lax.cummax(edges.at[0].set(0.0).at[-1].set(1.0))
+
+
+def _bin_sums_pure(counts: ScoreCounts, p, n_bins: int, strategy: str):
+    """:func:`_bin_sums` of traced counts."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}.")
+    edges = jnp.asarray(bin_edges(n_bins=n_bins), p.dtype)  # checks n_bins
+    if strategy == "quantile":
+        edges = _quantile_edges_pure(counts, p, int(n_bins))
+    ids = jnp.searchsorted(edges[1:-1], p, side="right")
+    k = edges.shape[0] - 1
+
+    def per_bin(a):
+        return jax.ops.segment_sum(a, ids, num_segments=k)
+
+    w = counts.weight
+    return per_bin(counts.count), per_bin(w), per_bin(w * p), per_bin(counts.label_sum)
+
+
 def ece_from_counts(counts: ScoreCounts, *, n_bins: int = 15, strategy: str = "uniform") -> float:
     """Binned ECE from counts of probabilities; :func:`jaxcal.metrics.ece`'s value.
 
@@ -179,6 +388,10 @@ def ece_from_counts(counts: ScoreCounts, *, n_bins: int = 15, strategy: str = "u
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, empty, or
             bad ``n_bins`` / ``strategy``.
     """
+    if _shapes.is_traced(counts):
+        p, invalid = _exact_pure(counts, "ece_from_counts", probabilities=True)
+        _, weight, sum_p, sum_y = _bin_sums_pure(counts, p, n_bins, strategy)
+        return nan_where(invalid, jnp.sum(jnp.abs(sum_y - sum_p)) / jnp.sum(weight))
     counts = _exact(counts, "ece_from_counts", probabilities=True)
     _, weight, sum_p, sum_y = _bin_sums(counts, n_bins, strategy)
     return float(np.sum(np.abs(sum_y - sum_p)) / np.sum(weight))
@@ -198,6 +411,16 @@ def mce_from_counts(
     Raises:
         ValueError: as :func:`ece_from_counts`, or bad ``min_count`` / ``min_fraction``.
     """
+    if _shapes.is_traced(counts):
+        p, invalid = _exact_pure(counts, "mce_from_counts", probabilities=True)
+        _min_count(1, min_count, min_fraction)  # checks both
+        n = jnp.sum(counts.count)
+        threshold = jnp.maximum(int(min_count), jnp.ceil(min_fraction * n))
+        count, weight, sum_p, sum_y = _bin_sums_pure(counts, p, n_bins, strategy)
+        keep = (count >= threshold) & (weight > 0)
+        gap = jnp.abs(sum_y - sum_p) / jnp.where(keep, weight, 1.0)
+        best = jnp.max(jnp.where(keep, gap, -jnp.inf))
+        return nan_where(invalid | ~jnp.any(keep), best)
     counts = _exact(counts, "mce_from_counts", probabilities=True)
     threshold = _min_count(int(counts.count.sum()), min_count, min_fraction)
     count, weight, sum_p, sum_y = _bin_sums(counts, n_bins, strategy)

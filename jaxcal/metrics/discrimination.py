@@ -14,6 +14,10 @@ tie group add its positive weight times (negative weight strictly below + half t
 weight tied with it). For XLA's CPU backend the sort runs in NumPy before the jitted sums
 (XLA's comparator sort costs about 5 ms at ``n = 1e4``, NumPy's about 0.5 ms); other
 backends sort inside the program.
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) the program sorts
+itself and invalid data (non-finite scores, labels not 0/1, bad weights, one class) gives
+NaN. AUC is piecewise constant in the scores: its gradient is 0 almost everywhere.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._scan import cummax, cumsum, presort
-from jaxcal._validation import check_labels, check_sample_weight, check_scores, check_two_classes
+from jaxcal._validation import (
+    check_labels,
+    check_pure,
+    check_sample_weight,
+    check_scores,
+    check_two_classes,
+    nan_where,
+)
 
 __all__ = ["auc"]
 
@@ -83,6 +94,11 @@ def auc(
         >>> float(auc([0.1, 0.4, 0.4, 0.8], [0, 0, 1, 1]))  # (1 + 0.5 + 1 + 1) / 4
         0.875
     """
+    if _shapes.is_traced(scores, labels, sample_weight):
+        s, y, w, invalid = check_pure(
+            scores, labels, sample_weight, name="scores", probabilities=False, two_classes=True
+        )
+        return nan_where(invalid, _auc_core(s, y, w))
     s = check_scores(scores)
     y = check_labels(labels, s.shape[0])
     w = check_sample_weight(sample_weight, s.shape[0])

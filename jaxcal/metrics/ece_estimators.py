@@ -38,6 +38,14 @@ and the bandwidth is the unique fixed point :math:`\sigma^* = \mathrm{smECE}_{\s
 grid of ``n_grid`` points by linear interpolation (additive sums: it shards), then
 convolved with the kernel on the grid and integrated by the trapezoid rule; the grid spacing
 must be well below :math:`\sigma^*` (the default 1001 points gives spacing 0.001).
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) both run their pure
+cores, invalid data (and, for the debiased ECE, a bin with a single effective sample) gives
+NaN. Smooth ECE is differentiable in ``probs``; at the fixed-point bandwidth its gradient
+follows the implicit function theorem,
+:math:`d\sigma^*/dp = -\partial_p \mathrm{smECE} / (\partial_\sigma \mathrm{smECE} - 1)`,
+not the bisection. The debiased ECE is differentiable within its bins (``p=2`` where the
+estimate is positive).
 """
 
 from __future__ import annotations
@@ -51,8 +59,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_labels, check_probs, check_sample_weight
+from jaxcal._validation import (
+    check_labels,
+    check_probs,
+    check_pure,
+    check_sample_weight,
+    nan_where,
+)
 from jaxcal.metrics.calibration import (
     _padded,
     bin_edges,
@@ -232,6 +247,23 @@ def _smooth_core(p, y, w, sigma, *, n_grid, fixed):
     return smooth_ece_from_grid(mass, total, sigma), sigma
 
 
+def _smooth_pure(p, y, w, sigma, *, n_grid: int, fixed: bool):
+    r""":func:`_smooth_core` for traced inputs: the same numbers, and at the fixed point the
+    derivative of the implicit function :math:`\sigma^*(p)` (module docstring)."""
+    mass, total = grid_residuals(p, y, n_grid, w)
+    if fixed:
+        found = _fixed_point_sigma(jax.lax.stop_gradient(mass), jax.lax.stop_gradient(total))
+
+        def gap(s):  # smECE_s - s, zero at the fixed point, slope <= -1
+            return smooth_ece_from_grid(mass, total, s) - s
+
+        value, slope = jax.jvp(gap, (found,), (jnp.ones_like(found),))
+        # equal to ``found``; its tangent is -d(gap)/dp / d(gap)/ds
+        sigma = found - (value - jax.lax.stop_gradient(value)) / jax.lax.stop_gradient(slope)
+    sigma = jnp.asarray(sigma, mass.dtype)
+    return smooth_ece_from_grid(mass, total, sigma), sigma
+
+
 # --------------------------------------------------------------------- eager public API
 
 
@@ -297,6 +329,15 @@ def debiased_ece(
         or (n_resamples < 1)
     ):
         raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}.")
+    if _shapes.is_traced(probs, labels, sample_weight, key):
+        probs_, y, w, invalid = check_pure(probs, labels, sample_weight)
+        edges = bin_edges(probs_, n_bins=n_bins, strategy=strategy)
+        stats = debias_stats(probs_, y, edges, w)
+        small = (stats.weight > 0) & (stats.weight**2 - stats.weight_sq <= 1e-12 * stats.weight**2)
+        invalid = invalid | jnp.any(small)
+        if p == 2:
+            return nan_where(invalid, _sq_core(stats))
+        return nan_where(invalid, _l1_core(stats, key, n_resamples=int(n_resamples)))
     probs_, y, w = _check(probs, labels, sample_weight)
     edges = bin_edges(probs_, n_bins=n_bins, strategy=strategy)
     stats = _debias_stats_core(*_padded(probs_.shape[0], probs_, y, w), probs_.shape[0], edges)
@@ -358,10 +399,19 @@ def smooth_ece(
     """
     if isinstance(n_grid, bool) or not isinstance(n_grid, (int, np.integer)) or n_grid < 3:
         raise ValueError(f"n_grid must be an integer >= 3; got {n_grid!r}.")
-    if sigma is not None and not (
-        isinstance(sigma, (int, float)) and np.isfinite(sigma) and 0 < sigma <= 1
+    if (
+        sigma is not None
+        and not _shapes.is_traced(sigma)
+        and not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and 0 < sigma <= 1)
     ):
         raise ValueError(f"sigma must be in (0, 1] or None; got {sigma!r}.")
+    if _shapes.is_traced(probs, labels, sample_weight, sigma):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        out = _smooth_pure(
+            p, y, w, 1.0 if sigma is None else sigma, n_grid=int(n_grid), fixed=sigma is None
+        )
+        value, used = nan_where(invalid, out)
+        return (value, used) if return_sigma else value
     p, y, w = _check(probs, labels, sample_weight)
     value, used = _smooth_core(
         *_padded(p.shape[0], p, y, w),

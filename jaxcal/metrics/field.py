@@ -41,6 +41,11 @@ so Cal-N is ``inf`` there: choose ``n_bins`` so that every bin holds positives.
 Every metric is a function of additive per-segment sums (:func:`segment_stats`), computed with
 ``jax.ops.segment_sum``; they run data-parallel inside ``shard_map`` (``axis_name=``) or under
 ``jit`` over ``NamedSharding``-sharded inputs, exactly as :mod:`jaxcal.metrics.calibration`.
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) the field values and
+groups are re-coded in the program (one segment slot per sample, so ``n`` slots: exact,
+empty slots add nothing) and invalid data gives NaN (docs/metrics.md). PCOC, Field-ECE and
+Field-RCE are differentiable in ``probs``; Cal-N and GC-N too, within their bins.
 """
 
 from __future__ import annotations
@@ -54,11 +59,20 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_groups, check_labels, check_probs, check_sample_weight
+from jaxcal._validation import (
+    check_groups,
+    check_labels,
+    check_probs,
+    check_pure,
+    check_sample_weight,
+    nan_where,
+)
+from jaxcal.metrics._pure import dense_ranks, quantile_edges
 from jaxcal.metrics.calibration import (
     STRATEGIES,
     BinStats,
     bin_edges,
+    bin_ids,
     class_sums,
     weighted_arrays,
 )
@@ -191,6 +205,44 @@ def _padded_rows(n, p, y, w, ids, n_segments):
     return [jax.device_put(a) for a in (*padded, ids)]
 
 
+# ------------------------------------------------------------- traced inputs (pure path)
+
+
+def _pure_codes(values, n: int, name: str):
+    """``[F, n]`` codes ``0..G_f - 1`` of ``[n]`` or ``[n, F]`` field values (possibly traced)
+    and whether some value is not an integer (the NaN policy)."""
+    v = jnp.asarray(values)
+    if v.ndim not in (1, 2) or v.shape[0] != n:
+        raise ValueError(f"{name} must be [n] or [n, F] with n = {n}; got shape {v.shape}.")
+    if v.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold integer ids; got dtype {v.dtype}.")
+    cols = v.reshape(n, -1).T
+    if cols.shape[0] == 0:
+        raise ValueError(f"{name} has no columns; pass at least one field.")
+    invalid = jnp.zeros((), bool)
+    if v.dtype.kind == "f":
+        invalid = jnp.any(~jnp.isfinite(cols) | (cols != jnp.round(cols)))
+    codes, _ = jax.vmap(dense_ranks)(cols)
+    return codes, invalid
+
+
+def _pure_group_bins(p, codes, n_bins: int, strategy: str):
+    """The bin of each prediction among its own group's (``codes``, ``0..G - 1``): uniform
+    bins, or quantile bins of the group's predictions, with ``n`` group slots."""
+    if strategy == "uniform":
+        return bin_ids(p, jnp.asarray(np.linspace(0.0, 1.0, n_bins + 1), p.dtype))
+    g_sorted, p_sorted = jax.lax.sort((codes, p), num_keys=2)
+    slots = jnp.arange(p.shape[0], dtype=codes.dtype)
+    start = jnp.searchsorted(g_sorted, slots, side="left")
+    count = jnp.searchsorted(g_sorted, slots, side="right") - start
+
+    def edges_of(c, s0):
+        return quantile_edges(p_sorted, n_bins, count=c, start=s0)
+
+    inner = jax.vmap(edges_of)(count, start)[codes, 1:-1]  # [n, n_bins - 1]
+    return jnp.sum(inner <= p[:, None], axis=1, dtype=jnp.int32)
+
+
 # --------------------------------------------------------------------- eager public API
 
 
@@ -253,6 +305,11 @@ def pcoc(
         >>> round(float(pcoc([0.2, 0.4, 0.6], [0, 1, 0])), 6)  # (0.2 + 0.4 + 0.6) / 1
         1.2
     """
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        observed = jnp.sum(w * y)
+        invalid = invalid | ~(observed > 0)
+        return nan_where(invalid, jnp.sum(w * p) / jnp.where(observed > 0, observed, 1.0))
     p, y, w = _check(probs, labels, sample_weight)
     observed = np.dot(w, y)
     if observed <= 0:
@@ -307,6 +364,10 @@ def cal_n(
         >>> float(cal_n([0.2, 0.8], [0, 1], n_bins=1))  # PCOC = 1.0
         0.0
     """
+    if _shapes.is_traced(probs, labels, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        ids = bin_ids(p, bin_edges(p, n_bins=n_bins, strategy=strategy))
+        return nan_where(invalid, _cal_n_core(p, y, w, ids, num_segments=int(n_bins)))
     p, y, w = _check(probs, labels, sample_weight)
     ids = _bin_ids(p, n_bins, strategy)
     n_bins = int(n_bins)
@@ -342,13 +403,27 @@ def gc_n(
         ValueError: bad inputs, ``groups`` of the wrong length or not integers, unknown
             ``group_weight``.
     """
-    p, y, w = _check(probs, labels, sample_weight)
     if group_weight not in ("weight", "count", "uniform"):
         raise ValueError(
             f'group_weight must be "weight", "count" or "uniform"; got {group_weight!r}.'
         )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}.")
+    if _shapes.is_traced(probs, labels, groups, sample_weight):
+        bin_edges(n_bins=n_bins)  # checks n_bins
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        n = p.shape[0]
+        if jnp.ndim(groups) != 1:
+            raise ValueError(f"groups must be 1-D; got shape {jnp.shape(groups)}.")
+        codes, bad = _pure_codes(groups, n, "groups")
+        codes = codes[0]
+        n_bins = int(n_bins)
+        ids = codes * n_bins + _pure_group_bins(p, codes, n_bins, strategy)
+        value = _gc_n_core(
+            p, y, w, ids, jnp.max(codes) + 1, n_slots=n, n_bins=n_bins, group_weight=group_weight
+        )
+        return nan_where(invalid | bad, value)
+    p, y, w = _check(probs, labels, sample_weight)
     g = np.unique(check_groups(groups, p.shape[0], name="groups"), return_inverse=True)[1]
     g = g.reshape(-1)
     n_groups = int(g.max()) + 1
@@ -367,17 +442,26 @@ def gc_n(
 
 def _field_stats(probs, labels, fields, sample_weight):
     """Per-field-value sums (``[F, S]``, ``S`` segments padded to a bucket size: empty
-    segments add nothing to either metric) and whether ``fields`` is one column."""
+    segments add nothing to either metric), whether ``fields`` is one column, and whether
+    the data is invalid (traced inputs: the NaN policy; ``False`` otherwise)."""
+    if _shapes.is_traced(probs, labels, fields, sample_weight):
+        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+        ids, bad = _pure_codes(fields, p.shape[0], "fields")
+        stats = _field_stats_core(p, y, w, ids, num_segments=p.shape[0])
+        return stats, jnp.ndim(fields) == 1, invalid | bad
     p, y, w = _check(probs, labels, sample_weight)
     ids, num_segments = encode_fields(fields, p.shape[0])
     num_segments = _shapes.padded_size(num_segments)
     rows = _padded_rows(p.shape[0], p, y, w, ids, num_segments)
     stats = _field_stats_core(*rows, num_segments=num_segments)
-    return stats, np.asarray(fields).ndim == 1
+    return stats, np.asarray(fields).ndim == 1, False
 
 
-def _per_column(out: jax.Array, one: bool) -> jax.Array:
-    """``[F]`` metrics, or the scalar of a single ``[n]`` field (sliced on the host)."""
+def _per_column(out: jax.Array, one: bool, invalid) -> jax.Array:
+    """``[F]`` metrics, or the scalar of a single ``[n]`` field (sliced on the host; in the
+    program for traced inputs, where ``invalid`` makes them NaN)."""
+    if _shapes.is_traced(out):
+        return nan_where(invalid, out[0] if one else out)
     return jax.device_put(np.asarray(out)[0]) if one else out
 
 
@@ -409,8 +493,8 @@ def field_ece(
         >>> float(field_ece([0.5, 0.5, 0.5, 0.5], [1, 1, 0, 0], [0, 0, 1, 1]))
         0.5
     """
-    stats, one = _field_stats(probs, labels, fields, sample_weight)
-    return _per_column(_field_ece_core(stats), one)
+    stats, one, invalid = _field_stats(probs, labels, fields, sample_weight)
+    return _per_column(_field_ece_core(stats), one, invalid)
 
 
 def field_rce(
@@ -442,7 +526,9 @@ def field_rce(
         >>> round(float(field_rce([0.25, 0.25], [1, 0], [0, 0])), 4)  # |1 - 0.5| / 1
         0.5
     """
-    if not (isinstance(eps, (int, float)) and np.isfinite(eps) and eps > 0):
+    if not _shapes.is_traced(eps) and not (
+        isinstance(eps, (int, float)) and np.isfinite(eps) and eps > 0
+    ):
         raise ValueError(f"eps must be a positive finite number; got {eps!r}.")
-    stats, one = _field_stats(probs, labels, fields, sample_weight)
-    return _per_column(_field_rce_core(stats, eps), one)
+    stats, one, invalid = _field_stats(probs, labels, fields, sample_weight)
+    return _per_column(_field_rce_core(stats, eps), one, invalid)

@@ -19,6 +19,11 @@ the users for which the metric is defined.
 Ties in the top-``k`` metrics are broken by item index (lower first, ``lax.top_k``);
 continuous scores make this immaterial. Everything is jitted and vectorised over users, so
 it also runs on inputs sharded over the user axis (``jax.sharding``).
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) nothing is padded or
+checked on the host: invalid data (non-finite scores or bad labels on evaluated entries, a
+mask that is not 0/1 or selects nothing) and a mean over no defined user give NaN. The
+metrics are piecewise constant in the scores (their gradient is 0 almost everywhere).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_mask
+from jaxcal._validation import check_mask, float_array, nan_where
 
 __all__ = ["auc", "ndcg_at_k", "recall_at_k"]
 
@@ -74,6 +79,45 @@ def _check(
         bad = np.unique(yv[~np.isin(yv, (0.0, 1.0))])[:5]
         raise ValueError(f"labels must be 0/1; got values {set(bad.tolist())}. Binarise first.")
     return s.astype(np.float64), np.where(m, y, 0).astype(np.float64), m
+
+
+def _matrix(x: Any, name: str, dtype=None):
+    a = float_array(x, name, dtype=dtype)
+    return a[None, :] if a.ndim == 1 else a
+
+
+def _check_pure(scores: Any, labels: Any, mask: Any, *, graded: bool = False):
+    """:func:`_check` for traced inputs: shapes raise, values set ``invalid``."""
+    s = _matrix(scores, "scores")
+    if s.ndim != 2 or s.size == 0:
+        raise ValueError(
+            f"scores must be a non-empty [n_users, n_items] matrix; got shape {s.shape}."
+        )
+    y = _matrix(labels, "labels", s.dtype)
+    if y.shape != s.shape:
+        raise ValueError(f"shape mismatch: scores {s.shape} but labels {y.shape}.")
+    invalid = jnp.zeros((), bool)
+    if mask is None:
+        m = jnp.ones(s.shape, bool)
+    else:
+        m = jnp.asarray(mask)
+        m = m[None, :] if m.ndim == 1 else m
+        if m.shape != s.shape:
+            raise ValueError(f"shape mismatch: scores {s.shape} but mask {m.shape}.")
+        if m.dtype != bool:
+            invalid = jnp.any((m != 0) & (m != 1))
+            m = m != 0
+    invalid = invalid | ~jnp.any(m) | jnp.any(m & ~jnp.isfinite(s))
+    if graded:
+        invalid = invalid | jnp.any(m & ~(jnp.isfinite(y) & (y >= 0)))
+    else:
+        invalid = invalid | jnp.any(m & (y != 0) & (y != 1))
+    return s, jnp.where(m, y, 0.0), m, invalid
+
+
+def _finish_pure(out, per_user: bool, invalid) -> jax.Array:
+    per, mean, any_defined = out
+    return nan_where(invalid | ~any_defined, per if per_user else mean)
 
 
 def _check_k(k: Any, n_items: int) -> int:
@@ -152,6 +196,9 @@ def auc(
         >>> float(auc(np.array([[0.9, 0.1, 0.5]]), np.array([[1, 0, 0]])))
         1.0
     """
+    if _shapes.is_traced(scores, labels, mask):
+        s, y, m, invalid = _check_pure(scores, labels, mask)
+        return _finish_pure(_auc_per_user(s, y, m), per_user, invalid)
     s, y, m = _check(scores, labels, mask)
     out = _auc_per_user(*_padded(s, y, m))
     return _finish(out, s.shape[0], per_user, "AUC (needs a positive and a negative)")
@@ -207,6 +254,10 @@ def ndcg_at_k(
         >>> round(float(ndcg_at_k(np.array([[0.9, 0.1, 0.5]]), np.array([[0, 0, 1]]), k=2)), 6)
         0.63093
     """
+    if _shapes.is_traced(scores, labels, mask):
+        s, y, m, invalid = _check_pure(scores, labels, mask, graded=True)
+        out = _ndcg_per_user(s, y, m, k=_check_k(k, s.shape[1]))
+        return _finish_pure(out, per_user, invalid)
     s, y, m = _check(scores, labels, mask, graded=True)
     k = _check_k(k, s.shape[1])
     out = _ndcg_per_user(*_padded(s, y, m), k=k)
@@ -250,6 +301,10 @@ def recall_at_k(
         >>> float(recall_at_k(np.array([[0.9, 0.1, 0.5]]), np.array([[1, 0, 1]]), k=1))
         0.5
     """
+    if _shapes.is_traced(scores, labels, mask):
+        s, y, m, invalid = _check_pure(scores, labels, mask)
+        out = _recall_per_user(s, y, m, k=_check_k(k, s.shape[1]))
+        return _finish_pure(out, per_user, invalid)
     s, y, m = _check(scores, labels, mask)
     k = _check_k(k, s.shape[1])
     out = _recall_per_user(*_padded(s, y, m), k=k)

@@ -23,6 +23,14 @@ r"""Metrics of explicit-rating predictions: squared and absolute error, and Kend
 
 Everything is validated eagerly; the cores are jitted and padded to size buckets
 (``jaxcal._shapes``), so a new test set of a similar size compiles nothing.
+
+Inside ``jit`` / ``vmap`` / ``grad`` / ``jax.export`` (traced inputs) the metrics run in the
+program, and invalid data (non-finite values, bad weights, user ids that are negative, not
+integers or ``>= n_users``) gives NaN. ``rating_mse`` and ``rating_mae`` are differentiable
+in the predictions; Kendall's tau is piecewise constant. ``kendall_tau_per_user`` of traced
+user ids needs ``n_users`` (the length of its result), and there counts the pairs of each
+user directly, in :math:`O(n^2)` time and :math:`O(n)` memory (blocks of rows): the sort and
+running counts above need the number of distinct ratings, which a trace does not know.
 """
 
 from __future__ import annotations
@@ -36,7 +44,14 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_sample_weight, check_scores
+from jaxcal._validation import (
+    check_sample_weight,
+    check_scores,
+    float_array,
+    nan_where,
+    pure_1d,
+    pure_weights_invalid,
+)
 
 __all__ = ["rating_mse", "rating_mae", "kendall_tau_per_user"]
 
@@ -56,7 +71,27 @@ def _error_core(ratings, predictions, weight, absolute: bool):
     return jnp.sum(weight * loss) / jnp.sum(weight)
 
 
+def _pure_pair(ratings, predictions):
+    """Traced ratings and predictions as one float dtype, and whether one is not finite."""
+    dtype = jnp.result_type(
+        float_array(ratings, "ratings").dtype, float_array(predictions, "predictions").dtype
+    )
+    r = pure_1d(ratings, "ratings", dtype=dtype)
+    p = pure_1d(predictions, "predictions", dtype=dtype)
+    if r.shape != p.shape:
+        raise ValueError(f"length mismatch: {r.shape[0]} ratings but {p.shape[0]} predictions.")
+    return r, p, ~jnp.all(jnp.isfinite(r) & jnp.isfinite(p))
+
+
 def _mean_error(ratings, predictions, sample_weight, *, absolute: bool) -> jax.Array:
+    if _shapes.is_traced(ratings, predictions, sample_weight):
+        r, p, invalid = _pure_pair(ratings, predictions)
+        if sample_weight is None:
+            w = jnp.ones_like(r)
+        else:
+            w = pure_1d(sample_weight, "sample_weight", n=r.shape[0], dtype=r.dtype)
+            invalid = invalid | pure_weights_invalid(w)
+        return nan_where(invalid, _error_core(r, p, w, absolute=absolute))
     r, p = _check_pair(ratings, predictions)
     w = check_sample_weight(sample_weight, r.shape[0])
     size = _shapes.padded_size(r.shape[0])
@@ -132,14 +167,81 @@ def _kendall_core(user, level, pred, n_levels: int, n_segments: int):
     n1 = jnp.sum(per_level * (per_level - 1) // 2, axis=1)
     n2 = jax.ops.segment_sum(idx - group_start, user, n_segments)  # sum over runs t(t-1)/2
     fdtype = jnp.result_type(float)
-    a = (n0 - n1).astype(fdtype)
-    b = (n0 - n2).astype(fdtype)
+    return _tau_mean(s.astype(fdtype), (n0 - n1).astype(fdtype), (n0 - n2).astype(fdtype))
+
+
+def _tau_mean(s, a, b):
+    """``(mean, tau)``: per-user tau-b ``s / sqrt(a b)`` from ``s = n_c - n_d``,
+    ``a = n_0 - n_1``, ``b = n_0 - n_2`` (NaN where undefined) and its mean."""
     defined = (a > 0) & (b > 0)
-    tau = s.astype(fdtype) / jnp.sqrt(jnp.where(defined, a * b, 1.0))
+    tau = s / jnp.sqrt(jnp.where(defined, a * b, 1.0))
     tau = jnp.where(defined, tau, jnp.nan)
     n_defined = jnp.sum(defined)
     mean = jnp.sum(jnp.where(defined, tau, 0.0)) / jnp.maximum(n_defined, 1)
     return jnp.where(n_defined > 0, mean, jnp.nan), tau
+
+
+_PAIR_BLOCK = 256  # rows of the pair comparisons held at once by the traced path
+
+
+@partial(jit, static_argnames="n_users")
+def _kendall_pairs(user, rating, pred, n_users: int):
+    """Per-user tau-b and its mean by direct pair counts (traced inputs; module docstring):
+    ``O(n^2)`` time in blocks of rows. ``user`` ids outside ``[0, n_users)`` are dropped."""
+    n = user.shape[0]
+    fdtype = rating.dtype
+    size = -(-n // _PAIR_BLOCK) * _PAIR_BLOCK
+    idx = jnp.arange(n)
+    rows = (
+        jnp.pad(user, (0, size - n), constant_values=-1),
+        jnp.pad(rating, (0, size - n)),
+        jnp.pad(pred, (0, size - n)),
+        jnp.arange(size),
+    )
+
+    def block(args):
+        ub, rb, pb, ib = args
+        same = (ub[:, None] == user[None, :]) & (ib[:, None] != idx[None, :])
+        dr = jnp.sign(rb[:, None] - rating[None, :])
+        dp = jnp.sign(pb[:, None] - pred[None, :])
+        return (
+            jnp.sum(jnp.where(same, dr * dp, 0.0), axis=1),
+            jnp.sum(same & (dr == 0), axis=1, dtype=fdtype),
+            jnp.sum(same & (dp == 0), axis=1, dtype=fdtype),
+        )
+
+    blocks = tuple(a.reshape(-1, _PAIR_BLOCK) for a in rows)
+    per_row = [a.reshape(-1)[:n] for a in jax.lax.map(block, blocks)]
+    # every pair is seen from both of its ends
+    s, n1, n2 = (0.5 * jax.ops.segment_sum(a, user, n_users) for a in per_row)
+    count = jax.ops.segment_sum(jnp.ones_like(rating), user, n_users)
+    n0 = 0.5 * count * (count - 1)
+    return _tau_mean(s, n0 - n1, n0 - n2)
+
+
+def _kendall_pure(users, ratings, predictions, n_users):
+    """:func:`kendall_tau_per_user` with a traced input."""
+    r, p, invalid = _pure_pair(ratings, predictions)
+    if n_users is None:
+        if _shapes.is_traced(users):
+            raise ValueError(
+                "kendall_tau_per_user of traced user ids needs n_users= (the length of the "
+                "per-user result, fixed when the program is traced)."
+            )
+        n_users = int(np.max(np.asarray(users))) + 1
+    if isinstance(n_users, bool) or not isinstance(n_users, int | np.integer) or n_users < 1:
+        raise ValueError(f"n_users must be a positive integer; got {n_users!r}.")
+    u = jnp.asarray(users)
+    if u.shape != r.shape:
+        raise ValueError(f"length mismatch: {u.size} users but {r.shape[0]} ratings.")
+    if u.dtype.kind not in "biuf":
+        raise ValueError(f"users must be integer ids; got dtype {u.dtype}.")
+    if u.dtype.kind == "f":
+        invalid = invalid | jnp.any(~jnp.isfinite(u) | (u != jnp.round(u)))
+        u = jnp.where(jnp.isfinite(u), u, -1)
+    invalid = invalid | jnp.any((u < 0) | (u >= n_users))
+    mean, tau = _kendall_pairs(u.astype(jnp.int32), r, p, n_users=int(n_users))
+    return nan_where(invalid, (mean, tau))
 
 
 def kendall_tau_per_user(
@@ -157,7 +259,8 @@ def kendall_tau_per_user(
         ratings: ``[n]`` true ratings.
         predictions: ``[n]`` predicted ratings or scores (only their order within a user
             matters).
-        n_users: length of the per-user result (default ``max(users) + 1``).
+        n_users: length of the per-user result (default ``max(users) + 1``; required
+            when ``users`` are traced).
 
     Returns:
         ``(mean, per_user)``: the mean :math:`\tau_b` over users where it is defined (NaN
@@ -177,6 +280,8 @@ def kendall_tau_per_user(
         >>> round(float(mean), 3)
         -0.333
     """
+    if _shapes.is_traced(users, ratings, predictions):
+        return _kendall_pure(users, ratings, predictions, n_users)
     r, p = _check_pair(ratings, predictions)
     u = np.asarray(users)
     if u.shape != r.shape:

@@ -40,7 +40,7 @@ from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.data.triples import Interactions
-from jaxcal.fitting.isotonic import isotonic_regression
+from jaxcal.fitting.isotonic import isotonic_regression_in_program
 from jaxcal.recsys._fitted import FactorSizes
 from jaxcal.recsys._train import (
     _check_int,
@@ -120,7 +120,9 @@ def mmc_fit(
     def iterate(matrix):
         us, v = rank_projection(matrix, rank)
         z = jnp.sum(us[rows] * v[cols], axis=-1)
-        return _Iterate(us, v, z, isotonic_regression(z, ratings, sample_weight=train_weight))
+        return _Iterate(
+            us, v, z, isotonic_regression_in_program(z, ratings, sample_weight=train_weight)
+        )
 
     def errors(it):
         return (

@@ -16,7 +16,9 @@ Weighted fits take per-score class weights ``w1`` (towards the positive class) a
 exact: ``fit`` pads the data to their bucket size (``jaxcal._shapes``) with copies of a valid
 score of weight 0, and passes the real-valued fields of the model (prior scales, the
 mixture's ``tol``...) as traced arguments, so new sizes in a bucket and new values compile
-nothing.
+nothing. On tracers (inside a caller's ``jit``, ``vmap`` or ``grad``) ``fit`` is
+``fit_weighted`` on the unpadded data, with the NaN policy of the calibrators' pure fits
+(``jaxcal.calibrators._base``): data ``fit`` would refuse gives NaN parameters.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
+from jaxcal._fitdata import poison, prepare_fit_pure
 from jaxcal._jit import jit
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import join_hyperparameters, split_hyperparameters
@@ -110,6 +113,8 @@ class ScoreModel:
         Raises:
             ValueError: on invalid inputs or scores outside the support.
         """
+        if _shapes.is_traced(scores, labels, sample_weight):
+            return self._fit_pure(scores, labels, sample_weight)
         s, y, w = check_fit_inputs(scores, labels, sample_weight)
         self._check_support(s)
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
@@ -118,6 +123,22 @@ class ScoreModel:
         s, w1, w0 = _shapes.pad_rows(size, s, w * y, w * (1.0 - y), fills=(s[0], 0.0, 0.0))
         static, values = split_hyperparameters(self)
         return _fit_jit(static, values, *(np.asarray(a, dtype) for a in (s, w1, w0)))
+
+    def _fit_pure(self, scores, labels, sample_weight):
+        """:meth:`fit` on tracers (inside ``jit``, ``vmap``, ``grad``): ``fit_weighted`` in
+        the scores' dtype, unpadded. Data that :meth:`fit` refuses (the checks of
+        ``jaxcal._fitdata.prepare_fit_pure``, scores outside the model's support) gives
+        parameters of NaN instead of an error."""
+        data = prepare_fit_pure(scores, labels, sample_weight=sample_weight)
+        s, y, w = data.scores, data.labels, data.weights
+        invalid = data.invalid
+        if self.support == "positive":
+            invalid = invalid | jnp.any(s <= 0)
+        elif self.support == "nonnegative":
+            invalid = invalid | jnp.any(s < 0)
+        if self.support != "real":  # keep the fit's logarithms finite; the result is NaN
+            s = jnp.where(invalid, 1.0, s)
+        return poison(self.fit_weighted(s, w * y, w * (1.0 - y)), invalid)
 
     def predict(self, params, scores: ArrayLike) -> jax.Array:
         """Posterior :math:`P(y=1 \\mid s)` = ``sigmoid(log_odds(params, scores))``."""

@@ -23,7 +23,7 @@ from sklearn.isotonic import IsotonicRegression
 
 from jaxcal._native import ENV, pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal.calibrators.isotonic import isotonic_regression
-from jaxcal.fitting.isotonic import isotonic_knots
+from jaxcal.fitting.isotonic import isotonic_knots, isotonic_regression_in_program
 from jaxcal.fitting.pav import pav
 
 EXACT = 1e-9  # float64, as against scikit-learn elsewhere
@@ -200,21 +200,26 @@ def test_vmap_rows_equal_a_loop_and_no_recompile():
         np.testing.assert_allclose(batched[row], ref, atol=EXACT)
 
 
-def test_isotonic_regression_picks_the_kernel_inside_jit_and_vmap():
-    """The public function under jit (platform_dependent picks the kernel on CPU) and vmap
-    (each row one problem) equals scikit-learn, both directions, with clipping."""
+def test_in_program_isotonic_regression_picks_the_kernel_inside_jit_and_vmap():
+    """The variant for jaxcal's own programs under jit (platform_dependent picks the kernel
+    on CPU) and vmap (each row one problem) equals scikit-learn, both directions, with
+    clipping; the public function on tracers takes the merge tree (differentiable,
+    exportable), with the same numbers."""
     rng = np.random.default_rng(5)
     x = rng.normal(size=(3, 200))
     y = rng.normal(size=(3, 200))
-    f = jax.jit(
-        jax.vmap(lambda a, b: isotonic_regression(a, b, increasing=False, y_min=-0.5, y_max=0.7))
-    )
-    out = np.asarray(f(x, y))
+    kw = dict(increasing=False, y_min=-0.5, y_max=0.7)
+    f = jax.jit(jax.vmap(lambda a, b: isotonic_regression_in_program(a, b, **kw)))
+    public = jax.jit(jax.vmap(lambda a, b: isotonic_regression(a, b, **kw)))
+    out, out_public = np.asarray(f(x, y)), np.asarray(public(x, y))
     for row in range(3):
         ir = IsotonicRegression(increasing=False, y_min=-0.5, y_max=0.7).fit(x[row], y[row])
         np.testing.assert_allclose(out[row], ir.predict(x[row]), atol=EXACT)
-    text = jax.jit(lambda a, b: isotonic_regression(a, b)).lower(x[0], y[0]).as_text()
+        np.testing.assert_allclose(out_public[row], ir.predict(x[row]), atol=EXACT)
+    text = jax.jit(lambda a, b: isotonic_regression_in_program(a, b)).lower(x[0], y[0]).as_text()
     assert "jaxcal_pav_cpu" in text
+    text = jax.jit(lambda a, b: isotonic_regression(a, b)).lower(x[0], y[0]).as_text()
+    assert "jaxcal_pav_cpu" not in text
 
 
 def test_env_switch_turns_the_kernel_off(monkeypatch):
@@ -256,13 +261,13 @@ import jax, numpy as np
 jax.config.update("jax_enable_x64", True)
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from sklearn.isotonic import IsotonicRegression
-import jaxcal
+from jaxcal.fitting.isotonic import isotonic_regression_in_program
 assert len(jax.devices()) == 4
 rng = np.random.default_rng(0)
 x, y = rng.normal(size=(8, 500)), rng.uniform(size=(8, 500))
 mesh = Mesh(np.array(jax.devices()), ("d",))
 rows = NamedSharding(mesh, P("d", None))
-solve = jax.vmap(lambda a, b: jaxcal.isotonic_regression(a, b))
+solve = jax.vmap(lambda a, b: isotonic_regression_in_program(a, b))
 f = jax.jit(jax.shard_map(solve, mesh=mesh, in_specs=(P("d"), P("d")), out_specs=P("d")))
 xs, ys = jax.device_put(x, rows), jax.device_put(y, rows)
 hlo = f.lower(xs, ys).compile().as_text()

@@ -1,0 +1,64 @@
+"""The functional form of the calibrators: pure functions of arrays and hyperparameters.
+
+As optax's and blackjax's functions, these have no state and no host work, so they compose
+with JAX's transformations: put them inside your own ``jit``, batch many problems with
+``vmap``, differentiate the fitted map with ``grad`` / ``jvp`` (with respect to the scores,
+the labels, the weights), and export the program with ``jax.export``. The hyperparameters
+are the calibrator (a frozen, hashable dataclass: ``jaxcal.PlattScaling(l2=0.1)``); the
+fitted calibrator is a pytree.
+
+* :func:`fit`: ``(calibrator, scores, labels, *, sample_weight, propensity, loss) -> fitted``
+  (:meth:`jaxcal.calibrators.Calibrator.fit_pure`).
+* :func:`predict`: ``(fitted, scores) -> probabilities``.
+
+The estimator form, ``calibrator.fit(scores, labels).predict(scores)``, gives the same
+numbers: on concrete arrays it validates eagerly, pads to size buckets and may call the
+compiled CPU kernels; on tracers it *is* this pure fit. Invalid data cannot raise inside a
+trace: it gives a fitted calibrator of NaN (see ``jaxcal.calibrators._base``).
+
+Example:
+    >>> import jax, jax.numpy as jnp, numpy as np, jaxcal
+    >>> from jaxcal import functional as F
+    >>> rng = np.random.default_rng(0)
+    >>> labels = rng.integers(0, 2, (8, 500)).astype(np.float32)  # 8 problems
+    >>> scores = rng.normal(labels, 1.0).astype(np.float32)
+    >>> def fit_predict(s, y):
+    ...     return F.predict(F.fit(jaxcal.PlattScaling(), s, y), s)
+    >>> probs = jax.jit(jax.vmap(fit_predict))(scores, labels)
+    >>> probs.shape
+    (8, 500)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.typing import ArrayLike
+
+__all__ = ["fit", "predict"]
+
+
+def fit(
+    calibrator: Any,
+    scores: ArrayLike,
+    labels: ArrayLike,
+    *,
+    sample_weight: ArrayLike | None = None,
+    propensity: ArrayLike | None = None,
+    loss: str = "naive",
+) -> Any:
+    """The pure fit of ``calibrator`` on one problem (``[n]`` arrays): a fitted pytree.
+
+    ``calibrator`` is any jaxcal calibrator (``jaxcal.PlattScaling(...)``,
+    ``jaxcal.IsotonicCalibration(...)``, ...); the other arguments are those of its ``fit``.
+    See :meth:`jaxcal.calibrators.Calibrator.fit_pure`.
+    """
+    return calibrator.fit_pure(
+        scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
+    )
+
+
+def predict(fitted: Any, scores: ArrayLike) -> jax.Array:
+    """Calibrated probabilities of a fitted calibrator (``fitted.predict(scores)``)."""
+    return fitted.predict(scores)

@@ -1,0 +1,104 @@
+"""jaxcal composes as a JAX library: every public calibrator's fit runs inside ``jit``,
+``vmap``, ``grad`` and ``jax.export``, and gives the eager estimator's numbers.
+
+The per-calibrator files (``tests/calibrators/test_pure_*.py``) test each map in depth
+(``vmap`` against loops, finite differences, active constraints, export, the NaN policy,
+options); this file walks the whole public surface, so that a calibrator added later
+without a pure fit, or without those tests, fails here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jaxcal
+from jaxcal import functional as F
+
+CALIBRATORS = sorted(
+    n for n in jaxcal.__all__ if inspect.isclass(getattr(jaxcal, n)) and n != "NeuralCalibration"
+)
+_SCORES_IN_01 = {"BetaCalibration", "BBQ", "HistogramBinning"}
+_POSITIVE_SCORES = {"GammaCalibration", "ExponentialCalibration"}
+
+
+def _problem(name, n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.normal(size=n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-2 * s))).astype(float)
+    y[:2] = (0.0, 1.0)
+    if name in _SCORES_IN_01:
+        s = 1 / (1 + np.exp(-s))
+    elif name in _POSITIVE_SCORES:
+        s = np.exp(s)
+    return s, y
+
+
+def _grid(s):
+    return np.linspace(np.min(s), np.max(s), 33)
+
+
+@pytest.mark.parametrize("name", CALIBRATORS)
+def test_pure_fit_is_the_eager_fit_and_exports(name):
+    """``jit`` of ``functional.fit`` + ``predict`` equals the eager estimator, returns its
+    type, and the same program exports, serialises and runs after deserialisation."""
+    s, y = _problem(name)
+    cal = getattr(jaxcal, name)()
+    grid = _grid(s)
+    eager = np.asarray(cal.fit(s, y).predict(grid))
+    program = jax.jit(lambda s, y: F.predict(F.fit(cal, s, y), grid))
+    np.testing.assert_allclose(np.asarray(program(s, y)), eager, rtol=1e-6, atol=1e-8)
+    assert type(jax.eval_shape(lambda s, y: F.fit(cal, s, y), s, y)) is type(cal.fit(s, y))
+    again = jax.export.deserialize(jax.export.export(program)(s, y).serialize())
+    np.testing.assert_allclose(np.asarray(again.call(s, y)), eager, rtol=1e-6, atol=1e-8)
+
+
+_PURE_TEST_FILES = sorted((Path(__file__).parent / "calibrators").glob("test_pure_*.py"))
+_COMPOSITION_WORDS = ("vmap", "jvp", "export", "nan")
+
+
+@pytest.mark.parametrize("name", [*CALIBRATORS, "NeuralCalibration"])
+def test_every_public_calibrator_has_in_depth_composition_tests(name):
+    """Each public calibrator is named in a ``tests/calibrators/test_pure_*.py`` file that
+    tests ``vmap``, derivatives, export and the NaN policy (this walk fails for a new
+    calibrator until it has them)."""
+    sources = [p.read_text() for p in _PURE_TEST_FILES]
+    covering = [src for src in sources if name in src]
+    assert covering, f"{name} has no tests/calibrators/test_pure_*.py file"
+    text = "\n".join(covering)
+    missing = [w for w in _COMPOSITION_WORDS if w not in text]
+    assert not missing, f"{name}'s pure-fit tests lack {missing}"
+
+
+def test_the_five_calls_of_a_new_user():
+    """The calls a new user tries first, verbatim (float32, as JAX's default)."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200).astype(np.float32)
+    s = rng.normal(y, 1.0).astype(np.float32)
+    S, Y = np.stack([s, s + 1]), np.stack([y, y])
+    x, t = s, np.ones_like(y)
+
+    p = jax.jit(lambda s, y: jaxcal.PlattScaling().fit(s, y).predict(s))(s, y)
+    eager = np.asarray(jaxcal.PlattScaling().fit(s, y).predict(s))
+    # the traced fit solves in float32 (the scores' dtype) to the solver's float32 default
+    # tolerance (a Newton decrement of 1e-9 per unit weight: coefficients to ~1e-4), the
+    # eager one in float64 (x64 is on in the tests)
+    np.testing.assert_allclose(np.asarray(p), eager, rtol=1e-3)
+
+    P = jax.vmap(lambda s, y: jaxcal.PlattScaling().fit(s, y).predict(s))(S, Y)
+    np.testing.assert_allclose(np.asarray(P[0]), np.asarray(p), rtol=1e-6)
+
+    g = jax.grad(lambda s: jaxcal.IsotonicCalibration().fit(s, y).predict(s).sum())(s)
+    assert g.shape == s.shape and np.all(np.isfinite(np.asarray(g)))
+
+    fitted, tangent = jax.jvp(lambda y: jaxcal.isotonic_regression(x, y), (y,), (t,))
+    # a constant shift of every target shifts every block average by the same constant
+    np.testing.assert_allclose(np.asarray(tangent), 1.0, rtol=1e-6)
+
+    exp = jax.export.export(jax.jit(lambda y: jaxcal.isotonic_regression(x, y)))(y)
+    again = jax.export.deserialize(exp.serialize())
+    np.testing.assert_allclose(np.asarray(again.call(y)), np.asarray(fitted), rtol=1e-6)
