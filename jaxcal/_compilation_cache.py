@@ -3,10 +3,12 @@
 JAX's own persistent compilation cache skips XLA's compile, but a call still traces and
 lowers its program first (0.2-0.5 s for a calibrator's solver) to compute the cache key.
 jaxcal keeps its own cache of its own programs instead: an entry is the serialized XLA
-executable of one jitted jaxcal function for one set of static arguments and input shapes,
-stored under a key that also covers everything that could change the program (jaxcal's
-source, the JAX / jaxlib versions, the backend and its devices, the CPU, JAX's
-configuration). A hit loads the executable in a few milliseconds, with no tracing.
+executable of one jitted jaxcal function for one set of static arguments and input shapes
+in one tier of compiler options (``jaxcal._jit``: a program promoted to optimised options
+is stored once more, and a later process loads that entry first), stored under a key that
+also covers everything that could change the program (jaxcal's source, the JAX / jaxlib
+versions, the backend and its devices, the CPU, JAX's configuration). A hit loads the
+executable in a few milliseconds, with no tracing.
 
 Where: ``$JAXCAL_COMPILATION_CACHE`` if set, else ``$XDG_CACHE_HOME/jaxcal/xla`` (default
 ``~/.cache/jaxcal/xla``); ``JAXCAL_COMPILATION_CACHE=0`` turns it off. It is on by default

@@ -192,14 +192,14 @@ def test_cpu_compiler_options(monkeypatch):
 
 def test_optimize_keeps_llvm_optimisation_at_every_size(monkeypatch):
     """``jit(..., optimize=True)`` (BBQ's model scores) compiles small inputs with the
-    options of large ones; the result is the same."""
+    first tier of large ones (LLVM's passes on); the result is the same."""
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     x = np.linspace(0.0, 3.0, 16)
     f = _jit.jit(lambda x: jnp.sum(jnp.sin(x)), optimize=True)
     plain = _jit.jit(lambda x: jnp.sum(jnp.sin(x)))
     np.testing.assert_allclose(float(f(x)), float(plain(x)), rtol=1e-15)
-    assert set(f._jitted) == {(True, False)}  # (cpu, small): the large-input options
-    assert set(plain._jitted) == {(True, True)}
+    assert set(f._jitted) == {(True, "classic")}  # (cpu, tier): LLVM's passes on
+    assert set(plain._jitted) == {(True, "classic-o0")}
 
 
 def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatch):
@@ -213,7 +213,7 @@ def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatc
     f = _jit.jit(lambda x: jnp.sum(jnp.sin(x)))
     f(np.zeros(_jit.SMALL_PROGRAM_ELEMENTS))
     f(np.zeros(_jit.SMALL_PROGRAM_ELEMENTS + 1))
-    assert set(f._jitted) == {(True, True), (True, False)}  # (cpu, small)
+    assert set(f._jitted) == {(True, "classic-o0"), (True, "classic")}  # (cpu, tier)
 
     rng = np.random.default_rng(1)
     n = 5000

@@ -144,11 +144,15 @@ class LinearLogitCalibrator(FittedCalibrator):
         else:
             ctx = jax.tree_util.tree_map(lambda x: _expand(x, nb, s.ndim), self.context)
             theta = jnp.reshape(self.theta, self.batch_shape + (1,) * (s.ndim - nb) + (-1,))
-            logit = lambda x: jnp.sum(self.family.features(x, ctx) * theta, axis=-1)  # noqa: E731
+            logit = lambda x: _weighted_features(self.family.features(x, ctx), theta)  # noqa: E731
         z = logit(s)
         reach = 2.0**20 * (ctx.hi - ctx.lo)
-        far = logit(jnp.clip(s, ctx.lo - reach, ctx.hi + reach))
-        return jnp.where(jnp.isnan(z), far, z)
+
+        def with_far():
+            far = logit(jnp.clip(s, ctx.lo - reach, ctx.hi + reach))
+            return jnp.where(jnp.isnan(z), far, z)
+
+        return jax.lax.cond(jnp.any(jnp.isnan(z)), with_far, lambda: z)
 
     def is_monotone_on(self, lo: ArrayLike, hi: ArrayLike, *, rtol: float = 1e-9) -> jax.Array:
         """Whether the map is non-decreasing on ``[lo, hi]`` (scores; exact, via
@@ -178,6 +182,12 @@ class LinearLogitCalibrator(FittedCalibrator):
     def is_monotone(self, *, rtol: float = 1e-9) -> jax.Array:
         """Whether the map is non-decreasing on its training range."""
         return self._monotone_on(self.context.lo, self.context.hi, rtol=rtol, transformed=True)
+
+
+def _weighted_features(f: jax.Array, theta: jax.Array) -> jax.Array:
+    """``sum_i f[..., i] theta[..., i]`` as one multiply-add per feature, which XLA fuses
+    with the features (a dot or a row reduction materialises ``f`` first)."""
+    return sum(f[..., i] * theta[..., i] for i in range(f.shape[-1]))
 
 
 @jit

@@ -150,7 +150,10 @@ class LinearLogitFamily:
 
     def logit(self, theta: jax.Array, scores: jax.Array, ctx: ScoreRange) -> jax.Array:
         """Calibrated logit :math:`\\phi(s)^\\top\\theta` (one problem)."""
-        return self.features(scores, ctx) @ theta
+        # one multiply-add per feature: fuses with the features (a dot or a row reduction
+        # materialises the [n, p] feature matrix first)
+        f = self.features(scores, ctx)
+        return sum(f[..., i] * theta[..., i] for i in range(f.shape[-1]))
 
     def check_scores(self, scores: np.ndarray, weights: np.ndarray) -> None:
         """Eager family-specific checks of the training scores (raise ``ValueError``)."""

@@ -48,7 +48,8 @@ def _pad_top(x, y, w, group, size: int, increasing: bool):
     for a decreasing fit): exact, since a zero-weight point tied with the top run changes no
     run sum and no run count. Host-side (NumPy)."""
     top = int(np.argmax(x) if increasing else np.argmin(x))
-    fills = [x[top], 0.0, 0.0] + ([] if group is None else [group[top]])
+    # the last id keeps contiguous groups contiguous (the kernel then skips its group sort)
+    fills = [x[top], 0.0, 0.0] + ([] if group is None else [group[-1]])
     arrays = [x, y, w] + ([] if group is None else [group])
     out = _shapes.pad_rows(size, *arrays, fills=fills)
     return (*out[:3], None if group is None else out[3])

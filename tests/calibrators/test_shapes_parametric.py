@@ -47,7 +47,9 @@ def test_bucket_ladder():
     ]
     assert padded_size(65_536) == 65_536
     assert padded_size(65_537) == 81_920  # four steps per octave above 65,536
-    assert padded_size(1_000_000) == 1_048_576
+    # sixteen steps per octave above 262,144 elements: 2**19 < 1e6 <= 2**20, steps of 2**15
+    assert padded_size(300_000) == 311_296
+    assert padded_size(1_000_000) == 1_015_808
     assert padded_shape((5, 700)) == (8, 1024)  # problems from 1, rows from 32
     assert padded_shape((1000, 10_000)) == (1024, 10_240)
     with exact_shapes():
