@@ -360,6 +360,25 @@ class NeuralCalibration:
             hidden=self.hidden,
         )
 
+    def _rates(self, asarray, dtype) -> tuple:
+        """The traced hyperparameters of the training program: the isotonic penalty (0
+        unless ``monotone="penalty"``), ``l2`` and the learning rate, as ``dtype`` arrays
+        (``asarray``: ``np.asarray`` for the eager fit, ``jnp.asarray`` for the pure one)."""
+        penalty = self.isotonic_penalty if self.monotone == "penalty" else 0.0
+        return tuple(asarray(v, dtype) for v in (penalty, self.l2, self.learning_rate))
+
+    def _train_options(self, use_fields: bool, n_rows: int) -> dict:
+        """The static options of the training program, shared by the eager and pure fits."""
+        return {
+            "monotone": self.monotone,
+            "n_steps": int(self.n_steps),
+            "batch_size": None if self.batch_size is None else int(self.batch_size),
+            "use_fields": use_fields,
+            "n_rows": _shapes.padded_size(n_rows) if n_rows else 0,
+            "embedding_dim": int(self.embedding_dim),
+            "hidden": tuple(int(h) for h in self.hidden),
+        }
+
     def fit(
         self,
         scores: ArrayLike,
@@ -458,17 +477,9 @@ class NeuralCalibration:
             jax.device_put(np.asarray(_shapes.pad_axis(knots, self.n_knots, knots[-1]), dtype)),
             k,
             offsets,
-            np.asarray(self.isotonic_penalty if self.monotone == "penalty" else 0.0, dtype),
-            np.asarray(self.l2, dtype),
-            np.asarray(self.learning_rate, dtype),
+            *self._rates(np.asarray, dtype),
             key,
-            monotone=self.monotone,
-            n_steps=int(self.n_steps),
-            batch_size=None if self.batch_size is None else int(self.batch_size),
-            use_fields=x is not None,
-            n_rows=_shapes.padded_size(n_rows) if n_rows else 0,
-            embedding_dim=int(self.embedding_dim),
-            hidden=tuple(int(h) for h in self.hidden),
+            **self._train_options(x is not None, n_rows),
             key_impl=key_impl,
         )
         host = jax.device_get(params)
@@ -555,17 +566,9 @@ class NeuralCalibration:
             knots,
             k,
             offsets,
-            jnp.asarray(self.isotonic_penalty if self.monotone == "penalty" else 0.0, dtype),
-            jnp.asarray(self.l2, dtype),
-            jnp.asarray(self.learning_rate, dtype),
+            *self._rates(jnp.asarray, dtype),
             key,
-            monotone=self.monotone,
-            n_steps=int(self.n_steps),
-            batch_size=None if self.batch_size is None else int(self.batch_size),
-            use_fields=x is not None,
-            n_rows=_shapes.padded_size(n_rows) if n_rows else 0,
-            embedding_dim=int(self.embedding_dim),
-            hidden=tuple(int(h) for h in self.hidden),
+            **self._train_options(x is not None, n_rows),
             key_impl=key_impl,
             eps_root=float(jnp.finfo(dtype).tiny),
         )
