@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxcal._vma import varying_like
+
 __all__ = ["searchsorted", "cumsum", "cummax", "presort"]
 
 _UNROLL_STEPS = 5  # binary searches over fewer than 32 edges are unrolled (faster to compile)
@@ -37,10 +39,12 @@ def searchsorted(edges: jax.Array, x: jax.Array, *, side: str = "right") -> jax.
         return jnp.where(ok, cand, lo)
 
     steps = k.bit_length()
+    count = varying_like(count, edges, x)  # inside shard_map: the carry varies as the data
     return lax.fori_loop(0, steps, body, count, unroll=steps <= _UNROLL_STEPS)
 
 
 def _scan_cpu(op, x: jax.Array, init: jax.Array, reverse: bool) -> jax.Array:
+    init = varying_like(init, x)  # inside shard_map: the carry varies as the data
     return lax.scan(lambda c, v: (op(c, v),) * 2, init, x, reverse=reverse)[1]
 
 

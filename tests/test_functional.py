@@ -10,6 +10,9 @@ without a pure fit, or without those tests, fails here.
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -102,3 +105,39 @@ def test_the_five_calls_of_a_new_user():
     exp = jax.export.export(jax.jit(lambda y: jaxcal.isotonic_regression(x, y)))(y)
     again = jax.export.deserialize(exp.serialize())
     np.testing.assert_allclose(np.asarray(again.call(y)), np.asarray(fitted), rtol=1e-6)
+
+
+_SHARDED = """
+import jax, numpy as np, jaxcal
+from jax.sharding import Mesh, PartitionSpec as P
+jax.config.update("jax_enable_x64", True)
+assert jax.device_count() == 4, jax.devices()
+rng = np.random.default_rng(0)
+Y = rng.integers(0, 2, (8, 300)).astype(float)
+S = rng.normal(1.2 * Y, 1.0)
+grid = np.linspace(-3.0, 4.0, 17)
+mesh = Mesh(np.array(jax.devices()), ("d",))
+for cal in (jaxcal.PlattScaling(), jaxcal.GaussianCalibration(), jaxcal.IsotonicCalibration(),
+            jaxcal.HistogramBinning(), jaxcal.ENIR()):
+    def rows(s, y, cal=cal):
+        return jax.vmap(lambda s, y: cal.fit(s, y).predict(grid))(s, y)
+    spec = (P("d"), P("d"))
+    sharded = jax.jit(jax.shard_map(rows, mesh=mesh, in_specs=spec, out_specs=P("d")))
+    got = np.asarray(sharded(S, Y))
+    loop = np.stack([np.asarray(cal.fit(s, y).predict(grid)) for s, y in zip(S, Y)])
+    np.testing.assert_allclose(got, loop, rtol=1e-6, atol=1e-8)
+print("OK")
+"""
+
+
+def test_pure_fits_under_shard_map_on_four_devices():
+    """Problems sharded over 4 CPU devices with ``shard_map`` (each device fits its rows with
+    the pure fit under ``vmap``, loop carries marked varying) equal a loop of eager fits."""
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env["XLA_FLAGS"], env["JAX_PLATFORMS"] = flags.strip(), "cpu"
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("OK")

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxcal._scan import cummax, cumsum, searchsorted
+from jaxcal._vma import varying_like
 
 __all__ = ["trace_path", "average_path", "path_values", "enir_average_differentiable"]
 
@@ -209,6 +210,7 @@ def trace_path(w, y, s1, s0, real, lam_stop):
         bp_lam=jnp.full(n, jnp.nan, y.dtype),
         n_models=jnp.zeros((), jnp.int32),
     )
+    init = varying_like(init, y, real)  # inside shard_map: the carry varies as the data
     path = lax.while_loop(cond, body, init)
     return path._replace(links=_relink(path.links, path.relink))
 

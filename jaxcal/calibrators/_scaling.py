@@ -59,6 +59,7 @@ from jaxcal._fitdata import maybe_check_scores
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._shapes import is_traced
 from jaxcal._validation import distinct_sorted, warn_precision_loss
+from jaxcal._vma import varying_like
 
 __all__ = [
     "ScoreScaling",
@@ -119,6 +120,7 @@ class ScoreScaling:
             # the identity passes the scores through a cond untouched: the map's operations
             # then compile (and round) as they do on concrete scores
             identity = jnp.all(c == 0) & jnp.all(k == 0)
+            s = varying_like(s, c, k)  # inside shard_map: both branches vary as the map does
             return lax.cond(identity, lambda x: x, lambda x: _ldexp_traced(x, -k) - c, s)
         scores = maybe_check_scores(scores)
         dtype = working_dtype()

@@ -55,6 +55,7 @@ from jax import lax
 
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._vma import varying_like
 
 __all__ = [
     "SplineStatus",
@@ -338,7 +339,8 @@ def _newton(pb: _Problems, Th0, bounded, max_iter, tol):
             return alpha, trial(alpha), k + 1
 
         ones = jnp.ones(B, F0.dtype)
-        _, (Th, F, G, H, ok), _ = lax.while_loop(cond, halve, (ones, trial(ones), 0))
+        start = varying_like((ones, trial(ones), jnp.int32(0)), F0, s.F)  # inside shard_map
+        _, (Th, F, G, H, ok), _ = lax.while_loop(cond, halve, start)
         keep = lambda new, old: jnp.where(  # noqa: E731
             ok.reshape((B,) + (1,) * (new.ndim - 1)), new, old
         )
@@ -357,7 +359,8 @@ def _newton(pb: _Problems, Th0, bounded, max_iter, tol):
         return jnp.any(~s.done) & (s.it < max_iter)
 
     false = jnp.zeros(B, bool)
-    s = lax.while_loop(cond, body, _State(Th0, F0, G0, H0, jnp.int32(0), false, false))
+    start = _State(Th0, F0, G0, H0, jnp.int32(0), false, false)
+    s = lax.while_loop(cond, body, varying_like(start, Th0, F0, G0, H0))  # inside shard_map
     _, dec = direction(s.Th, s.G, s.H, bounded)
     converged = s.converged | (dec / 2 <= tol)
     return s.Th, s.it, converged, jax.vmap(kkt_residual, in_axes=(0, 0, None))(s.Th, s.G, bounded)

@@ -62,6 +62,7 @@ from jax import lax
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._native import va_tables_cpu, venn_abers_cpu_available
+from jaxcal._vma import varying_like
 from jaxcal.fitting.isotonic import eager_kernel
 
 __all__ = [
@@ -116,11 +117,13 @@ def _hull_next(W, Y, last):
             pop = (t >= 2) & ((Y[a] - yk) * (W[b] - W[a]) >= (Y[b] - Y[a]) * (W[a] - wk))
             return jnp.where(pop, t - 1, t), jnp.where(t >= 1, a, k), ~pop
 
-        top, succ, _ = lax.while_loop(lambda c: ~c[2], step, (top, k, jnp.bool_(False)))
+        start = varying_like((top, k, jnp.bool_(False)), W, Y, last)
+        top, succ, _ = lax.while_loop(lambda c: ~c[2], step, start)
         return stack.at[top].set(k), top + 1, nxt.at[k].set(succ)
 
     zeros = jnp.zeros(n, jnp.int32)
-    return lax.fori_loop(0, n, point, (zeros, jnp.int32(0), zeros))[2]
+    init = varying_like((zeros, jnp.int32(0), zeros), W, Y, last)  # inside shard_map
+    return lax.fori_loop(0, n, point, init)[2]
 
 
 def _sweep(W, Y, omega, first, last, nxt, *, indices: bool = False):
@@ -178,7 +181,7 @@ def _csd(inc_w, inc_y, first, last):
         c = (jnp.where(is_last, w, c[0]), jnp.where(is_last, y, c[1]))
         return c, c
 
-    zero = jnp.zeros((), inc_w.dtype)
+    zero = varying_like(jnp.zeros((), inc_w.dtype), inc_w, inc_y)  # inside shard_map
     _, (W, Y) = lax.scan(forward, (zero, zero), (inc_w, inc_y, first))
     _, (tot_w, tot_y) = lax.scan(backward, (zero, zero), (W, Y, last), reverse=True)
     return W, Y, tot_w - W, tot_y - Y

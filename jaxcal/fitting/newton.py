@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal._vma import varying_like
+
 __all__ = ["CONVERGED", "MAX_ITER", "DIVERGED", "logistic_objective", "sketch_stride"]
 
 # the solver's status codes (jaxcal.fitting.solver.STATUS_MESSAGES)
@@ -273,6 +275,7 @@ def _newton(prob: _Problem, phi, active, max_iter, tol) -> _Candidate:
     (``jaxcal.fitting.streamed``) runs with its passes over chunks instead.
     """
     P, init = _newton_start(prob, active)
+    init = varying_like(init, prob)  # inside shard_map the carry varies as the data does
 
     def body(state):
         f_t, g_t, H_t = _value_grad_hess(prob, phi, _newton_trial(state))

@@ -79,6 +79,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._vma import varying_like
 from jaxcal.fitting.newton import (
     CONVERGED,
     DIVERGED,
@@ -340,6 +341,7 @@ def _active_set_solve(
         done=jnp.asarray(False),
         cold=jnp.asarray(False),
     )
+    init = varying_like(init, prob)  # inside shard_map the carry varies as the data does
     return _unpack(jax.lax.while_loop(lambda st: ~st.done, body, init).result, p)
 
 
