@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal._jit import cpu_compiler_options
+
 #: float64 agreement of the pure fit with the eager one: both solve the same problem to
 #: convergence, by different code (host presort and kernels against the traced path)
 PURE_RTOL = 1e-6
@@ -106,3 +108,27 @@ def assert_nan_policy(cal, s, y):
     fitted = cal.fit(s, y)
     out = jax.jit(fitted.predict)(np.array([np.nan, float(np.median(s))]))
     assert np.isnan(out[0]) and np.isfinite(out[1])
+
+
+def quick_jit(f):
+    """``jax.jit`` with the quick-compiling CPU options of jaxcal's own programs: the
+    derivative checks compile three programs each, the numbers are the same."""
+    opts = cpu_compiler_options(small=True) if jax.default_backend() == "cpu" else None
+    return jax.jit(f, compiler_options=opts)
+
+
+def check_derivative(f, x, v, *, eps=1e-6, rtol=1e-5, atol=1e-7):
+    """``jvp`` of ``f`` at the pytree ``x`` along ``v`` equals the central finite difference,
+    and reverse mode (``grad`` of a random projection) agrees with it."""
+    primal = quick_jit(f)
+    tangent = quick_jit(lambda x, v: jax.jvp(f, (x,), (v,))[1])(x, v)
+    plus = jax.tree.map(lambda a, b: a + eps * b, x, v)
+    minus = jax.tree.map(lambda a, b: a - eps * b, x, v)
+    fd = (np.asarray(primal(plus)) - np.asarray(primal(minus))) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(tangent), fd, rtol=rtol, atol=atol)
+    r = np.random.default_rng(1).normal(size=np.shape(tangent))
+    g = quick_jit(jax.grad(lambda x: jnp.sum(f(x) * r)))(x)
+    lhs = sum(
+        float(np.sum(a * b)) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(v), strict=True)
+    )
+    np.testing.assert_allclose(lhs, float(np.sum(np.asarray(tangent) * r)), rtol=1e-6, atol=atol)

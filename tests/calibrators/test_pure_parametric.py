@@ -16,20 +16,18 @@ from _composition import (
     assert_jvp_matches_fd,
     assert_nan_policy,
     assert_vmap_matches_loop,
+    check_derivative,
     grid_of,
     problem,
+    quick_jit,
 )
 
 import jaxcal
-from jaxcal._jit import cpu_compiler_options
 from jaxcal.fitting import linear
 from jaxcal.fitting.linear import fit_linear_differentiable
 
 # finite differences in float64: step 1e-6, agreement to ~1e-5 relative (the FD error is
 # O(eps^2 f''') plus rounding O(1e-16 / eps))
-FD_EPS = 1e-6
-FD_RTOL = 1e-5
-FD_ATOL = 1e-7
 
 CALIBRATORS = {
     "platt": jaxcal.PlattScaling(),
@@ -44,31 +42,6 @@ CALIBRATORS = {
     "exponential_generative": jaxcal.ExponentialCalibration(method="generative"),
 }
 DISCRIMINATIVE = [k for k, c in CALIBRATORS.items() if c.method == "discriminative"]
-
-
-def _quick_jit(f):
-    """``jax.jit`` with the quick-compiling CPU options of jaxcal's own programs: the
-    derivative checks compile three programs each, the numbers are the same."""
-    opts = cpu_compiler_options(small=True) if jax.default_backend() == "cpu" else None
-    return jax.jit(f, compiler_options=opts)
-
-
-def check_derivative(f, x, v, *, eps=FD_EPS, rtol=FD_RTOL, atol=FD_ATOL):
-    """``jvp`` of ``f`` at the pytree ``x`` along ``v`` equals the central finite difference,
-    and reverse mode (``grad`` of a random projection) agrees with it."""
-    primal = _quick_jit(f)
-    tangent = _quick_jit(lambda x, v: jax.jvp(f, (x,), (v,))[1])(x, v)
-    plus = jax.tree.map(lambda a, b: a + eps * b, x, v)
-    minus = jax.tree.map(lambda a, b: a - eps * b, x, v)
-    fd = (np.asarray(primal(plus)) - np.asarray(primal(minus))) / (2 * eps)
-    np.testing.assert_allclose(np.asarray(tangent), fd, rtol=rtol, atol=atol)
-    r = np.random.default_rng(1).normal(size=np.shape(tangent))
-    g = _quick_jit(jax.grad(lambda x: jnp.sum(f(x) * r)))(x)
-    lhs = sum(
-        float(np.sum(a * b)) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(v), strict=True)
-    )
-    np.testing.assert_allclose(lhs, float(np.sum(np.asarray(tangent) * r)), rtol=1e-6, atol=atol)
-    return tangent
 
 
 def _weights(n, seed=2):
@@ -156,10 +129,10 @@ def test_derivative_in_targets(name):
         )[0]
 
     check_derivative(core, t, v)
-    public = _quick_jit(
+    public = quick_jit(
         lambda y, v: jax.jvp(lambda y: cal.fit(s, y, sample_weight=w).theta, (y,), (v,))[1]
     )
-    core_at_labels = _quick_jit(lambda y, v: jax.jvp(core, (y,), (v,))[1])
+    core_at_labels = quick_jit(lambda y, v: jax.jvp(core, (y,), (v,))[1])
     np.testing.assert_allclose(public(y, v), core_at_labels(y, v), rtol=1e-10, atol=1e-12)
 
 
@@ -220,7 +193,7 @@ def test_kkt_derivative_against_closed_form():
     def b(s, w):
         return jaxcal.PlattScaling().fit(s, y, sample_weight=w).b
 
-    gs, gw = _quick_jit(jax.grad(b, argnums=(0, 1)))(s, w)
+    gs, gw = quick_jit(jax.grad(b, argnums=(0, 1)))(s, w)
     rate = np.sum(w * y) / np.sum(w)
     np.testing.assert_allclose(gs, 0.0, atol=1e-12)
     np.testing.assert_allclose(gw, (y - rate) / (np.sum(w) * rate * (1 - rate)), rtol=1e-8)
@@ -255,7 +228,7 @@ def _nan_fit(cal, s, y, sample_weight=None, propensity=None, loss="naive"):
     key = (cal, loss, propensity is None)
     if key not in _NAN_PROGRAMS:
         grid = np.linspace(0.2, 0.8, 5)
-        _NAN_PROGRAMS[key] = _quick_jit(
+        _NAN_PROGRAMS[key] = quick_jit(
             lambda s, y, w, omega: cal.fit(
                 s, y, sample_weight=w, propensity=omega, loss=loss
             ).predict(grid)

@@ -5,7 +5,6 @@ differences (float64), and the NaN policy of the pure fit."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from _composition import (
@@ -13,12 +12,13 @@ from _composition import (
     assert_jit_matches_eager,
     assert_nan_policy,
     assert_vmap_matches_loop,
+    check_derivative,
     grid_of,
     problem,
+    quick_jit,
 )
 
 import jaxcal
-from jaxcal._jit import cpu_compiler_options
 from jaxcal.calibrators.spline import (
     quantile_knots,
     quantile_knots_pure,
@@ -26,33 +26,8 @@ from jaxcal.calibrators.spline import (
     stratified_folds_pure,
 )
 
-FD_EPS = 1e-6
-FD_RTOL = 1e-5
-FD_ATOL = 1e-7
-
 # small problems, a short grid of penalties: every (penalty, fold) problem is compiled once
 SMALL = {"n_knots": 6, "penalties": (1e-4, 1e-2, 1.0), "cv": 3}
-
-
-def _quick_jit(f):
-    opts = cpu_compiler_options(small=True) if jax.default_backend() == "cpu" else None
-    return jax.jit(f, compiler_options=opts)
-
-
-def check_derivative(f, x, v, *, eps=FD_EPS, rtol=FD_RTOL, atol=FD_ATOL):
-    """``jvp`` equals the central finite difference; ``grad`` of a projection agrees."""
-    primal = _quick_jit(f)
-    tangent = _quick_jit(lambda x, v: jax.jvp(f, (x,), (v,))[1])(x, v)
-    plus = jax.tree.map(lambda a, b: a + eps * b, x, v)
-    minus = jax.tree.map(lambda a, b: a - eps * b, x, v)
-    fd = (np.asarray(primal(plus)) - np.asarray(primal(minus))) / (2 * eps)
-    np.testing.assert_allclose(np.asarray(tangent), fd, rtol=rtol, atol=atol)
-    r = np.random.default_rng(1).normal(size=np.shape(tangent))
-    g = _quick_jit(jax.grad(lambda x: jnp.sum(f(x) * r)))(x)
-    lhs = sum(
-        float(np.sum(a * b)) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(v), strict=True)
-    )
-    np.testing.assert_allclose(lhs, float(np.sum(np.asarray(tangent) * r)), rtol=1e-6, atol=atol)
 
 
 def _weights(n, seed=2):
@@ -132,7 +107,7 @@ def test_penalty_choice_carries_no_derivative():
     """The chosen penalty is an argmin over the grid: piecewise constant in the data."""
     cal = jaxcal.SplineCalibration(**SMALL)
     s, y = problem(150, seed=4)
-    g = _quick_jit(jax.grad(lambda s: cal.fit(s, y).penalty))(s)
+    g = quick_jit(jax.grad(lambda s: cal.fit(s, y).penalty))(s)
     np.testing.assert_array_equal(np.asarray(g), 0.0)
 
 
