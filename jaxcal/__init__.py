@@ -32,6 +32,7 @@ _EXPORTS = {
     "ENIR": "jaxcal.calibrators",
     "SmoothedIsotonic": "jaxcal.calibrators",
     "NeuralCalibration": "jaxcal.calibrators",
+    "MulticalibrationBoosting": "jaxcal.calibrators",
     "VennAbers": "jaxcal.calibrators",
     "isotonic_regression": "jaxcal.calibrators",
     "negative_downsampling_correction": "jaxcal.calibrators",

@@ -23,6 +23,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._validation import (
     check_batch_inputs,
+    check_finite_array,
     check_fit_inputs,
     check_groups,
     check_propensity,
@@ -150,9 +151,7 @@ def maybe_check_scores(scores: ArrayLike) -> Any:
     arr = np.asarray(scores)
     if arr.ndim == 1:
         return check_scores(arr)
-    if not np.isfinite(arr).all():
-        raise ValueError("scores contain non-finite values (NaN or inf).")
-    return arr
+    return check_finite_array(arr)
 
 
 def group_to_batch(group: ArrayLike, *arrays: Any):

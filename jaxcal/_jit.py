@@ -31,6 +31,10 @@ Two things set a jaxcal program apart from ``jax.jit``:
     path, a training scan, which the classic emitters run 1.5-2x slower), of other
     backends, and of every program with ``JAXCAL_XLA_DEFAULTS=1``.
 
+  A program declared with ``jit(..., kernel_call=True)`` is a compiled kernel's call (an
+  XLA FFI handler of ``jaxcal._native``) and little else: it keeps ``"classic-o0"`` at
+  every size and is never promoted, since no compiler option speeds up the kernel's work.
+
   A promotion compiles in a background thread; the new executable replaces the running one
   for the calls that follow (a process waits for such compiles before it exits). The
   options are checked once on a tiny program and dropped if this jaxlib does not know them.
@@ -150,9 +154,9 @@ def _leaf_spec(x: Any) -> Any:
             return None
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed keys: jax.jit's path
             return None
-        return (x.shape, str(x.dtype), x.weak_type, repr(x.sharding))
+        return (x.shape, x.dtype, x.weak_type, repr(x.sharding))
     if isinstance(x, np.ndarray | np.generic):
-        return (x.shape, str(x.dtype))
+        return (x.shape, x.dtype)
     if isinstance(x, bool | int | float | complex):
         return type(x).__name__  # weakly typed; its dtype follows jax_enable_x64 (in the key)
     return None
@@ -196,6 +200,7 @@ class _Jit:
         self._fun = fun
         self._xla_defaults = bool(kwargs.pop("xla_defaults", False))
         self._optimize = bool(kwargs.pop("optimize", False))
+        self._kernel_call = bool(kwargs.pop("kernel_call", False))
         self._kwargs = kwargs
         self._jitted: dict[Any, Any] = {}
         self._programs: dict[Any, _Program] = {}
@@ -217,6 +222,8 @@ class _Jit:
             or os.environ.get("JAXCAL_XLA_DEFAULTS") == "1"
         ):
             return _DEFAULT, None, 0
+        if self._kernel_call:
+            return _UNOPTIMIZED, None, 0
         if not small:
             return _CLASSIC, _DEFAULT, TIER_UP_CALLS_LARGE
         if self._optimize:
@@ -243,7 +250,8 @@ class _Jit:
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_names}
         dyn_leaves, dyn_tree = jax.tree.flatten((dyn_args, dyn_kwargs))
         small = _is_small(dyn_leaves)
-        if not self._cacheable or _compilation_cache.cache_dir() is None:
+        # the cache's switch, as _compilation_cache.cache_dir() reads it (no path built)
+        if not self._cacheable or os.environ.get(_compilation_cache.CACHE_ENV) == "0":
             return self._get(tier=self._plan(small)[0])(*args, **kwargs)
         specs = tuple(_leaf_spec(x) for x in dyn_leaves)
         if any(s is None for s in specs):
@@ -368,7 +376,8 @@ def jit(fun: Callable | None = None, **kwargs: Any) -> Any:
     """``jax.jit(fun, **kwargs)`` with jaxcal's tiers of compiler options and its program
     cache (module docstring). Usable as ``@jit``, ``@functools.partial(jit,
     static_argnames=...)`` or ``jit(f, ...)``; ``xla_defaults=True`` keeps XLA's default
-    compiler options from the first call, ``optimize=True`` LLVM's optimisation passes at
+    compiler options from the first call, ``kernel_call=True`` the fastest to compile (a
+    program that calls a compiled kernel), ``optimize=True`` LLVM's optimisation passes at
     every input size."""
     if fun is None:
         return functools.partial(jit, **kwargs)

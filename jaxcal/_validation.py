@@ -21,6 +21,8 @@ __all__ = [
     "distinct_sorted",
     "warn_precision_loss",
     "check_1d",
+    "check_finite_array",
+    "check_key",
     "check_scores",
     "check_probs",
     "check_labels",
@@ -96,23 +98,106 @@ def _describe(values: np.ndarray, limit: int = 5) -> str:
     return "{" + shown + (", ..." if uniq.size > limit else "") + "}"
 
 
-def check_1d(x: Any, name: str, *, dtype=np.float64, allow_empty: bool = False) -> np.ndarray:
-    """Convert ``x`` to a 1-D NumPy array of ``dtype``; reject other ranks and empty input."""
+def _to_array(x: Any, name: str, asarray: Any = np.asarray) -> Any:
+    """``asarray(x)``, or ``ValueError`` naming ``name`` for ``None`` and what does not
+    convert."""
     if x is None:
         raise ValueError(f"{name} is required; got None.")
     try:
-        arr = np.asarray(x)
-    except Exception as exc:  # pragma: no cover - exotic inputs
+        return asarray(x)
+    except Exception as exc:
         raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+
+
+def _check_numeric(arr: Any, name: str) -> None:
+    """``ValueError`` naming ``name`` unless ``arr`` holds booleans, integers or floats."""
+    if arr.dtype.kind not in "biuf":
+        first = f" (e.g. {np.asarray(np.asarray(arr).flat[0]).item()!r})" if arr.size else ""
+        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}{first}.")
+
+
+def check_1d(x: Any, name: str, *, dtype=np.float64, allow_empty: bool = False) -> np.ndarray:
+    """Convert ``x`` to a 1-D NumPy array of ``dtype``; reject other ranks and empty input."""
+    arr = _to_array(x, name)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D; got shape {arr.shape}.")
     if arr.size == 0 and not allow_empty:
         raise ValueError(f"{name} is empty; need at least one value.")
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    _check_numeric(arr, name)
     return arr.astype(dtype, copy=False)
+
+
+def check_finite_array(x: Any, name: str = "scores") -> np.ndarray:
+    """``x`` as a float64 NumPy array of any shape whose every entry is a finite number;
+    otherwise one ``ValueError`` naming ``name`` (strings, objects, NaN, inf), never a
+    NumPy ``TypeError``.
+
+    Example:
+        >>> check_finite_array([[0.5, 1.0]]).shape
+        (1, 2)
+        >>> check_finite_array(["a", "b"])
+        Traceback (most recent call last):
+        ...
+        ValueError: scores must be numeric; got dtype <U1 (e.g. 'a').
+    """
+    arr = _to_array(x, name)
+    _check_numeric(arr, name)
+    arr = arr.astype(np.float64, copy=False)
+    if not _all_finite(arr):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise ValueError(
+                f"{name} contain {int(bad.sum())} non-finite value(s) (NaN or inf); remove or "
+                "impute them first."
+            )
+    return arr
+
+
+def check_key(key: Any, *, name: str = "key") -> Any:
+    """A single JAX PRNG key: a typed key (``jax.random.key(0)``, shape ``()``) or a legacy
+    raw key (``jax.random.PRNGKey(0)``, ``uint32[2]``), returned as a JAX array; anything
+    else (``None``, a seed, a string, a batch of keys) raises one ``ValueError`` naming
+    ``name``. Tracers of those types pass (their shape and dtype are static).
+
+    Example:
+        >>> import jax
+        >>> check_key(jax.random.key(0)).shape
+        ()
+        >>> check_key("abc")
+        Traceback (most recent call last):
+        ...
+        ValueError: key must be a JAX PRNG key such as jax.random.key(0) ...; got str 'abc'.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    need = "a JAX PRNG key such as jax.random.key(0) (or a legacy jax.random.PRNGKey(0))"
+    if key is None:
+        raise ValueError(f"{name} is required: pass {name}=jax.random.key(seed).")
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(
+                f"{name} must be a single PRNG key; got an array of keys of shape {key.shape} "
+                "(pass one key, or split it inside)."
+            )
+        return key
+    if isinstance(key, jax.Array):
+        if key.shape == (2,) and key.dtype == jnp.uint32:
+            return key
+        got = f"an array of shape {key.shape} and dtype {key.dtype}"
+    else:
+        try:
+            arr = np.asarray(key)
+        except Exception:
+            arr = None
+        if arr is not None and arr.shape == (2,) and arr.dtype == np.uint32:
+            return jnp.asarray(arr)
+        shown = repr(key)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        got = f"{type(key).__name__} {shown}"
+    raise ValueError(f"{name} must be {need}; got {got}.")
 
 
 def _all_finite(x: np.ndarray) -> bool:
@@ -333,14 +418,8 @@ def float_array(x: Any, name: str, *, dtype: Any = None) -> Any:
     default float); a non-numeric dtype raises ``ValueError`` (static under a trace)."""
     import jax.numpy as jnp
 
-    if x is None:
-        raise ValueError(f"{name} is required; got None.")
-    try:
-        arr = jnp.asarray(x)
-    except Exception as exc:
-        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    arr = _to_array(x, name, jnp.asarray)
+    _check_numeric(arr, name)
     if dtype is None:
         dtype = arr.dtype if arr.dtype.kind == "f" else jnp.result_type(float)
     return arr.astype(dtype)

@@ -8,7 +8,7 @@ are the calibrator (a frozen, hashable dataclass: ``jaxcal.PlattScaling(l2=0.1)`
 fitted calibrator is a pytree.
 
 * :func:`fit`: ``(calibrator, scores, labels, *, sample_weight, propensity, loss) -> fitted``
-  (:meth:`jaxcal.calibrators.Calibrator.fit_pure`).
+  (:meth:`jaxcal.calibrators.Calibrator.fit_pure`, whose further options it passes on).
 * :func:`predict`: ``(fitted, scores) -> probabilities``.
 
 The estimator form, ``calibrator.fit(scores, labels).predict(scores)``, gives the same
@@ -39,24 +39,24 @@ from jax.typing import ArrayLike
 __all__ = ["fit", "predict"]
 
 
-def fit(
-    calibrator: Any,
-    scores: ArrayLike,
-    labels: ArrayLike,
-    *,
-    sample_weight: ArrayLike | None = None,
-    propensity: ArrayLike | None = None,
-    loss: str = "naive",
-) -> Any:
+def fit(calibrator: Any, scores: ArrayLike, labels: ArrayLike, **options: Any) -> Any:
     """The pure fit of ``calibrator`` on one problem (``[n]`` arrays): a fitted pytree.
 
     ``calibrator`` is any jaxcal calibrator (``jaxcal.PlattScaling(...)``,
-    ``jaxcal.IsotonicCalibration(...)``, ...); the other arguments are those of its ``fit``.
-    See :meth:`jaxcal.calibrators.Calibrator.fit_pure`.
+    ``jaxcal.IsotonicCalibration(...)``, ...). ``options`` are the keyword arguments of its
+    ``fit_pure``, passed on as given: ``sample_weight``, ``propensity`` and ``loss`` for every
+    calibrator, and a calibrator's own (``fields``, ``cardinalities`` and ``key`` of
+    :class:`jaxcal.NeuralCalibration`). See :meth:`jaxcal.calibrators.Calibrator.fit_pure`.
+
+    Example:
+        >>> import numpy as np, jaxcal
+        >>> from jaxcal import functional as F
+        >>> s, y = np.array([-1.0, 0.0, 0.5, 2.0]), np.array([0.0, 1.0, 0.0, 1.0])
+        >>> fitted = F.fit(jaxcal.IsotonicCalibration(), s, y, sample_weight=np.ones(4))
+        >>> np.asarray(F.predict(fitted, s)).round(2).tolist()
+        [0.0, 0.5, 0.5, 1.0]
     """
-    return calibrator.fit_pure(
-        scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
-    )
+    return calibrator.fit_pure(scores, labels, **options)
 
 
 def predict(fitted: Any, scores: ArrayLike) -> jax.Array:

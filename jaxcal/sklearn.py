@@ -6,8 +6,11 @@ where scikit-learn expects a binary classifier: as the last step of a ``Pipeline
 earlier steps produce one column of scores, in ``cross_val_predict(...,
 method="predict_proba")``, and in ``GridSearchCV`` over the calibrator's hyperparameters
 (``calibrator__<field>``). The input ``X`` is the score itself: shape ``(n,)`` or
-``(n, 1)``. Fitting calls ``calibrator.fit(scores, labels, sample_weight=...,
-propensity=..., loss=...)``; the fitted jaxcal map is ``calibrator_``.
+``(n, 1)``; for a calibrator that also takes a feature table
+(``jaxcal.MulticalibrationBoosting``), ``X``'s first column is the score and the others
+are numeric features ``x1, x2, ...``. Fitting calls ``calibrator.fit(scores, labels,
+sample_weight=..., propensity=..., loss=...)`` (with the feature table after the labels);
+the fitted jaxcal map is ``calibrator_``.
 
 jaxcal calibrators are frozen dataclasses (immutable values), so they have no
 ``set_params`` of their own: :meth:`ScoreCalibrator.get_params` lists their fields as
@@ -143,13 +146,14 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
         return self
 
     def _scores(self, X: Any, *, reset: bool) -> np.ndarray:
-        """``X`` as a float64 column of scores (sklearn's input checks), flattened."""
+        """``X`` as a float64 column of scores (sklearn's input checks), flattened: its first
+        column for a calibrator that takes a feature table (``takes_features``)."""
         if getattr(X, "ndim", None) is None:  # a list, or an object with __array__
             X = np.asarray(X)
         if X.ndim == 1:
             X = np.reshape(np.asarray(X), (-1, 1))
         X = _validate_data(self, X, reset=reset, dtype=np.float64)
-        if X.shape[1] != 1:
+        if X.shape[1] != 1 and not getattr(self._calibrator(), "takes_features", False):
             raise ValueError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting 1 "
                 "feature as input: a calibrator maps one column of scores, shape (n,) or "
@@ -157,6 +161,14 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
                 "it, e.g. in a Pipeline)."
             )
         return X[:, 0]
+
+    def _table(self, X: Any) -> tuple:
+        """``()``, or ``(features,)`` for a calibrator that takes a feature table: the columns
+        of ``X`` (checked by :meth:`_scores`) after the first, named ``x1, x2, ...``."""
+        if not getattr(self._calibrator(), "takes_features", False) or np.ndim(X) < 2:
+            return ()
+        X = np.asarray(X, np.float64)
+        return ({f"x{j}": X[:, j] for j in range(1, X.shape[1])},) if X.shape[1] > 1 else ()
 
     def fit(
         self, X: Any, y: Any, sample_weight: Any = None, propensity: Any = None
@@ -205,14 +217,20 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
             )
         self.classes_ = classes
         self.calibrator_ = self._calibrator().fit(
-            scores, labels, sample_weight=sample_weight, propensity=propensity, loss=self.loss
+            scores,
+            labels,
+            *self._table(X),
+            sample_weight=sample_weight,
+            propensity=propensity,
+            loss=self.loss,
         )
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """``(n, 2)`` float64 probabilities of ``classes_``: ``[1 - p, p]``."""
         check_is_fitted(self, "calibrator_")
-        p = np.asarray(self.calibrator_.predict(self._scores(X, reset=False)), np.float64)
+        scores = self._scores(X, reset=False)
+        p = np.asarray(self.calibrator_.predict(scores, *self._table(X)), np.float64)
         return np.stack([1.0 - p, p], axis=1)
 
     def predict(self, X: Any) -> np.ndarray:

@@ -47,6 +47,7 @@ def pytest_configure(config):
 # starting these first keeps one of them from running alone at the end
 # (longest-processing-time-first scheduling).
 LONG_FILES = (
+    "tests/test_docs_reference.py",
     "tests/test_docs_examples.py",
     "tests/bayes/test_scoremodel_bayes.py",
     "tests/calibrators/test_pav_native.py",

@@ -138,6 +138,27 @@ def test_xla_defaults_have_one_tier(cache, monkeypatch):
     assert _tiers(g) == ["default"]
 
 
+def test_kernel_call_has_one_unoptimised_tier_at_every_size(cache):
+    """A program declared as a compiled kernel's call keeps its first, fastest-compiling
+    tier: no promotion after repeated calls, small or large, nothing more stored; its
+    numbers are those of the other tiers to the last bit or two."""
+    for n in (1000, _jit.SMALL_PROGRAM_ELEMENTS + 1):
+        s, y = _data(n)
+        stored = _entries(cache)
+        f = _jit.jit(logistic_terms, kernel_call=True)
+        out = np.asarray(f(s, y))
+        for _ in range(5):
+            f(s, y)
+        _jit._wait_for_tier_ups()
+        assert _tiers(f) == ["classic-o0"] and _entries(cache) == stored + 1
+        g = _jit.jit(lambda s, y: logistic_terms(s, y))  # the plain tiers, promoted
+        for _ in range(5):
+            g(s, y)
+        _jit._wait_for_tier_ups()
+        assert _tiers(g) != ["classic-o0"]
+        np.testing.assert_array_max_ulp(np.asarray(g(s, y)), out, maxulp=2)
+
+
 def test_cache_off_compiles_by_size_only(monkeypatch):
     monkeypatch.setenv("JAXCAL_COMPILATION_CACHE", "0")
     monkeypatch.setattr(_jit, "TIER_UP_CALLS", 2)

@@ -29,7 +29,7 @@ SUBPACKAGES = [
 
 CALIBRATORS = sorted(n for n in jaxcal.__all__ if inspect.isclass(getattr(jaxcal, n)))
 # binning maps and ENIR's near-isotonic ensemble need not be monotone
-_NOT_MONOTONE = {"BBQ", "ENIR", "HistogramBinning"}
+_NOT_MONOTONE = {"BBQ", "ENIR", "HistogramBinning", "MulticalibrationBoosting"}
 _SCORES_IN_01 = {"BetaCalibration", "BBQ", "HistogramBinning"}
 _POSITIVE_SCORES = {"GammaCalibration", "ExponentialCalibration"}
 

@@ -48,13 +48,21 @@ generic find / register / self-test / warn), the wrappers in one module per kern
 
 from __future__ import annotations
 
+from jaxcal._native import _enir, _linear_logit, _pav, _ridge, _venn_abers
 from jaxcal._native._config import KERNELS, show_config
-from jaxcal._native._enir import enir_cpu_available, enir_fit_cpu, near_isotonic_cpu
-from jaxcal._native._linear_logit import linear_logit_cpu, linear_logit_cpu_available
+from jaxcal._native._enir import enir_fit_cpu, near_isotonic_cpu
+from jaxcal._native._linear_logit import linear_logit_cpu
 from jaxcal._native._loader import ENV, Kernel, NativeKernelWarning
-from jaxcal._native._pav import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
-from jaxcal._native._ridge import pair_scores_cpu, ridge_cpu_available, ridge_rows_cpu
-from jaxcal._native._venn_abers import va_tables_cpu, venn_abers_cpu_available
+from jaxcal._native._pav import pav_fitted_cpu, pav_runs_cpu
+from jaxcal._native._ridge import pair_scores_cpu, ridge_rows_cpu
+from jaxcal._native._venn_abers import va_tables_cpu
+
+# whether each kernel can be used here (:meth:`Kernel.is_available`; warns once if not)
+pav_cpu_available = _pav.KERNEL.is_available
+enir_cpu_available = _enir.KERNEL.is_available
+ridge_cpu_available = _ridge.KERNEL.is_available
+venn_abers_cpu_available = _venn_abers.KERNEL.is_available
+linear_logit_cpu_available = _linear_logit.KERNEL.is_available
 
 __all__ = [
     "pav_cpu_available",

@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._jit import jit
-from jaxcal._native._loader import Kernel, available, require
+from jaxcal._native._loader import Kernel, require
 from jaxcal._vma import varying_like
 
-__all__ = ["KERNEL", "enir_cpu_available", "enir_fit_cpu", "near_isotonic_cpu"]
+__all__ = ["KERNEL", "enir_fit_cpu", "near_isotonic_cpu"]
 
 _ENIR_TARGET = "jaxcal_enir_cpu"
 _NEAR_ISOTONIC_TARGET = "jaxcal_near_isotonic_cpu"
@@ -43,13 +43,6 @@ KERNEL = Kernel(
     self_test=_enir_self_test,
     fallback="jaxcal.calibrators.enir's pure-JAX path",
 )
-
-
-def enir_cpu_available() -> bool:
-    """Whether the compiled ENIR kernel is built, loads, passes its self-test and is not
-    turned off by ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
-    ``jaxcal._native.NativeKernelWarning``)."""
-    return available(KERNEL)
 
 
 def enir_fit_cpu(w, y, s1, s0, real, n_eff, eps):

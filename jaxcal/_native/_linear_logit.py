@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._jit import jit
-from jaxcal._native._loader import Kernel, available, require
+from jaxcal._native._loader import Kernel, require
 from jaxcal._vma import varying_like
 
-__all__ = ["KERNEL", "linear_logit_cpu", "linear_logit_cpu_available"]
+__all__ = ["KERNEL", "linear_logit_cpu"]
 
 _LINEAR_LOGIT_TARGET = "jaxcal_linear_logit_cpu"
 
@@ -57,13 +57,6 @@ KERNEL = Kernel(
     self_test=_linear_logit_self_test,
     fallback="the pure-JAX solver (jaxcal.fitting.solver.solve)",
 )
-
-
-def linear_logit_cpu_available() -> bool:
-    """Whether the compiled linear-logit kernel is built, loads, passes its self-test and is
-    not turned off by ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
-    ``jaxcal._native.NativeKernelWarning``)."""
-    return available(KERNEL)
 
 
 def linear_logit_cpu(X, t, w, C, l2, tol, max_iter, *, intercept: int | None):

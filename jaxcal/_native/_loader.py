@@ -85,6 +85,13 @@ class Kernel:
         """The extension module name that ``setup.py`` builds."""
         return f"jaxcal._native._{self.name}_cpu"
 
+    def is_available(self) -> bool:
+        """Whether the kernel is built, loads, passes its self-test and is not turned off by
+        ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
+        ``jaxcal._native.NativeKernelWarning``); ``jaxcal._native`` exports it per kernel as
+        ``<name>_cpu_available``."""
+        return available(self)
+
 
 @dataclasses.dataclass
 class KernelStatus:

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._jit import jit
-from jaxcal._native._loader import Kernel, available, require
+from jaxcal._native._loader import Kernel, require
 from jaxcal._vma import varying_like
 from jaxcal._weights import normalize_weights
 
-__all__ = ["KERNEL", "pav_cpu_available", "pav_fitted_cpu", "pav_runs_cpu"]
+__all__ = ["KERNEL", "pav_fitted_cpu", "pav_runs_cpu"]
 
 _TARGET = "jaxcal_pav_cpu"
 _RUNS_TARGET = "jaxcal_pav_runs_cpu"
@@ -49,13 +49,6 @@ KERNEL = Kernel(
 )
 
 
-def pav_cpu_available() -> bool:
-    """Whether the compiled CPU kernel is built, loads, passes its self-test and is not
-    turned off by ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
-    ``jaxcal._native.NativeKernelWarning``)."""
-    return available(KERNEL)
-
-
 def pav_fitted_cpu(
     x: jax.Array,
     y: jax.Array,
@@ -63,6 +56,8 @@ def pav_fitted_cpu(
     group: jax.Array | None = None,
     lo: jax.Array | None = None,
     hi: jax.Array | None = None,
+    *,
+    normalized: bool = False,
 ) -> jax.Array:
     """Fitted values of the weighted isotonic (non-decreasing) regression of ``y`` on ``x``
     per group, from the compiled CPU kernel. Traceable; CPU programs only.
@@ -76,6 +71,10 @@ def pav_fitted_cpu(
         lo: optional lower bound of the fitted values: a scalar, one per problem or one per
             point (broadcastable to ``x``).
         hi: optional upper bound, as ``lo``.
+        normalized: the weights are normalised already (the largest in ``[1, 2)``, by
+            ``jaxcal._weights.normalize_weights_host``): the program then passes them to the
+            kernel as they are (no pass over them), which counts weights below the dtype's
+            smallest normal number as zero, as the normalisation here does.
 
     Returns:
         ``[..., n]`` fitted values: block means clipped to ``[lo, hi]``; points of a
@@ -95,7 +94,7 @@ def pav_fitted_cpu(
     call = jax.ffi.ffi_call(
         _TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype), vmap_method="broadcast_all"
     )
-    w = normalize_weights(w.astype(x.dtype))
+    w = w.astype(x.dtype) if normalized else normalize_weights(w.astype(x.dtype))
     bounds = (_bound(v, fill, x) for v, fill in ((lo, -jnp.inf), (hi, jnp.inf)))
     out = call(x, y.astype(x.dtype), w, group, *bounds, has_group=has_group)
     return varying_like(out, x, y, w, group)  # FFI calls drop shard_map's varying axes

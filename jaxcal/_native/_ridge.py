@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._jit import jit
-from jaxcal._native._loader import Kernel, available, require
+from jaxcal._native._loader import Kernel, require
 from jaxcal._vma import varying_like
 
-__all__ = ["KERNEL", "pair_scores_cpu", "ridge_cpu_available", "ridge_rows_cpu"]
+__all__ = ["KERNEL", "pair_scores_cpu", "ridge_rows_cpu"]
 
 _RIDGE_TARGET = "jaxcal_ridge_cpu"
 _PAIR_SCORES_TARGET = "jaxcal_pair_scores_cpu"
@@ -57,15 +57,8 @@ KERNEL = Kernel(
     name="ridge",
     targets=((_RIDGE_TARGET, "JaxcalRidgeCpu"), (_PAIR_SCORES_TARGET, "JaxcalPairScoresCpu")),
     self_test=_ridge_self_test,
-    fallback="jaxcal.recsys._cmtrf_core's pure-JAX path",
+    fallback="jaxcal.recsys._cmtrf_als's pure-JAX path",
 )
-
-
-def ridge_cpu_available() -> bool:
-    """Whether the compiled ridge kernel is built, loads, passes its self-test and is not
-    turned off by ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
-    ``jaxcal._native.NativeKernelWarning``)."""
-    return available(KERNEL)
 
 
 def ridge_rows_cpu(other, col, row_start, c, r, extra, l2) -> jax.Array:

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._jit import jit
-from jaxcal._native._loader import Kernel, available, require
+from jaxcal._native._loader import Kernel, require
 from jaxcal._vma import varying_like
 
-__all__ = ["KERNEL", "va_tables_cpu", "venn_abers_cpu_available"]
+__all__ = ["KERNEL", "va_tables_cpu"]
 
 _VENN_ABERS_TARGET = "jaxcal_venn_abers_cpu"
 
@@ -43,13 +43,6 @@ KERNEL = Kernel(
     self_test=_venn_abers_self_test,
     fallback="the pure-JAX tables (jaxcal.calibrators._venn_abers_core)",
 )
-
-
-def venn_abers_cpu_available() -> bool:
-    """Whether the compiled Venn-Abers kernel is built, loads, passes its self-test and is
-    not turned off by ``JAXCAL_NATIVE=0`` (a missing or failing kernel warns once:
-    ``jaxcal._native.NativeKernelWarning``)."""
-    return available(KERNEL)
 
 
 def va_tables_cpu(inc_w, inc_y, omega, first, last) -> tuple[jax.Array, jax.Array]:

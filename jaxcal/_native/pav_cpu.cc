@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <vector>
@@ -132,15 +133,41 @@ void FillZeroRuns(const Arrays& s, int64_t from, int64_t to, bool has_left, doub
   }
 }
 
+// Each block's mean, clipped, written to the input positions of its points (blocks
+// 0 .. n_blocks - 1 of StackPav in `stack`, over the sorted points up to `end`): the
+// whole result of a group whose runs all have weight.
+template <typename T>
+void WriteBlocks(const Arrays& s, const Arrays& stack, int64_t n_blocks, int64_t end,
+                 const Bounds<T>& bounds, T* out) {
+  const bool per_point = bounds.lo_stride != 0 || bounds.hi_stride != 0;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const double value = BlockMean(stack.y[b], stack.w[b]);
+    const int64_t first = static_cast<int64_t>(stack.key[b]);
+    const int64_t last = b + 1 == n_blocks ? end : static_cast<int64_t>(stack.key[b + 1]);
+    if (per_point) {
+      for (int64_t q = first; q < last; ++q) {
+        out[s.pos[q]] = static_cast<T>(bounds.Clip(value, s.pos[q]));
+      }
+    } else {
+      const T clipped = static_cast<T>(bounds.Clip(value, 0));
+      for (int64_t q = first; q < last; ++q) out[s.pos[q]] = clipped;
+    }
+  }
+}
+
 // PAV of one group's sorted points [off, off + len), each block's mean (clipped) written
 // to its points' input positions; zero-weight runs get the interpolated map
 // (FillZeroRuns). `stack` is scratch.
 template <typename T>
 void PoolSegment(const Arrays& s, const Arrays& stack, int64_t off, int64_t len,
                  const Bounds<T>& bounds, T* out) {
-  const int64_t n_blocks =
-      StackPav(s, stack, off, len, [](int64_t first, uint64_t, double) { return first; });
+  bool zero_run = false;  // a run of zero total weight (zero weights, or padding)
+  const int64_t n_blocks = StackPav(s, stack, off, len, [&](int64_t first, uint64_t, double w) {
+    zero_run |= !(w > 0.0);
+    return first;
+  });
   const int64_t end = off + len;
+  if (!zero_run) return WriteBlocks(s, stack, n_blocks, end, bounds, out);
   bool has_left = false;
   double left_x = 0.0, left_v = 0.0;
   int64_t pending = -1;  // first position of zero-weight runs that wait for a right side
@@ -208,35 +235,43 @@ int64_t PoolRuns(const Arrays& s, const Arrays& stack, int64_t len, T* run_x, T*
 }
 
 // Loads points [0, len) of the inputs into `a` at [0, len), with input positions from `pos0`.
+// Weights below T's smallest normal number count as zero, as normalize_weights makes them
+// (weights normalised on the host arrive as they are).
 template <typename T>
 void Fill(const Arrays& a, int64_t len, const T* x, const T* y, const T* w, int64_t pos0) {
+  constexpr T kTiny = std::numeric_limits<T>::min();
   for (int64_t i = 0; i < len; ++i) {
     a.key[i] = FloatKey(x[i]);
     a.pos[i] = static_cast<uint32_t>(pos0 + i);
     a.y[i] = static_cast<double>(y[i]);
-    a.w[i] = static_cast<double>(w[i]);
+    a.w[i] = w[i] >= kTiny ? static_cast<double>(w[i]) : 0.0;
   }
+}
+
+// Whether the ids of `group` never decrease (contiguous groups: per user, per rank, ...);
+// if so, the start of every group after the first is appended to `segments`, then n.
+// One pass, which stops at the first id that decreases.
+template <typename G>
+bool ContiguousSegments(const G* group, int64_t n, std::vector<int64_t>& segments) {
+  for (int64_t i = 1; i < n; ++i) {
+    if (group[i] == group[i - 1]) continue;
+    if (group[i] < group[i - 1]) return false;
+    segments.push_back(i);
+  }
+  segments.push_back(n);
+  return true;
 }
 
 template <typename T, typename G>
 void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, const G* group,
                   const Bounds<T>& bounds, T* out) {
   std::vector<int64_t> segments{0};  // group segments (input order, or sorted order), then n
-  if (group == nullptr || std::is_sorted(group, group + n)) {
+  if (group == nullptr ? (segments.push_back(n), true) : ContiguousSegments(group, n, segments)) {
     // One problem, or groups already contiguous (per user, per rank, ...): no group sort,
     // and each group is loaded, sorted and pooled while its points are in cache.
-    int64_t longest = n;
-    if (group != nullptr) {
-      for (int64_t i = 1; i < n; ++i) {
-        if (group[i] != group[i - 1]) segments.push_back(i);
-      }
-      segments.push_back(n);
-      longest = 0;
-      for (size_t g = 0; g + 1 < segments.size(); ++g) {
-        longest = std::max(longest, segments[g + 1] - segments[g]);
-      }
-    } else {
-      segments.push_back(n);
+    int64_t longest = 0;
+    for (size_t g = 0; g + 1 < segments.size(); ++g) {
+      longest = std::max(longest, segments[g + 1] - segments[g]);
     }
     ws.Reserve(longest);
     for (size_t g = 0; g + 1 < segments.size(); ++g) {
@@ -251,6 +286,7 @@ void SolveProblem(Workspace& ws, int64_t n, const T* x, const T* y, const T* w, 
     return;
   }
   // Sort by group (a small id range takes one counting pass), then by score per group.
+  segments.assign(1, 0);
   ws.Reserve(n);
   Arrays& a = ws.a();
   Arrays& b = ws.b();

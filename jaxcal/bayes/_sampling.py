@@ -8,13 +8,13 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import constrain_fn, potential_energy
 
 from jaxcal import _shapes
+from jaxcal.metrics._keys import key_from_parts, key_parts  # noqa: F401  (used through here)
 
 __all__ = [
     "nuts_chains",
@@ -166,37 +166,6 @@ def positive_int(value, name, minimum=1) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
     return int(value)
-
-
-def check_key(key) -> jax.Array:
-    if key is None:
-        raise ValueError("key is required: pass key=jax.random.key(0) (or PRNGKey(0)).")
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(f"key must be a single PRNG key; got shape {key.shape}.")
-        return key
-    if key.shape != (2,) or key.dtype != jnp.uint32:
-        raise ValueError(
-            "key must be a PRNG key (jax.random.key(0) or jax.random.PRNGKey(0)); got an "
-            f"array of shape {key.shape} and dtype {key.dtype}."
-        )
-    return key
-
-
-def key_parts(key: jax.Array) -> tuple[jax.Array, str | None]:
-    """``(data, impl)``: a typed PRNG key (or array of keys) as its raw ``uint32`` data and
-    its implementation's name (``None`` for legacy raw keys). Compiled programs take the
-    plain array (:func:`key_from_parts` rebuilds the key inside them): the same key, the same
-    stream."""
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(key), str(jax.random.key_impl(key))
-    return key, None
-
-
-def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
-    """The key of :func:`key_parts` (inside a program)."""
-    return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
 
 
 def run_config(

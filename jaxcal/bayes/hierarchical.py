@@ -52,9 +52,8 @@ from jaxcal import _shapes
 from jaxcal._fitdata import maybe_check_scores, prepare_fit
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
-from jaxcal._validation import check_groups
+from jaxcal._validation import check_groups, check_key
 from jaxcal.bayes._sampling import (
-    check_key,
     key_from_parts,
     key_parts,
     nuts_config,

@@ -43,8 +43,8 @@ from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 
 from jaxcal._fitdata import prepare_fit, prepare_fit_batch
 from jaxcal._jit import jit
+from jaxcal._validation import check_key
 from jaxcal.bayes._sampling import (
-    check_key,
     is_minibatch,
     key_from_parts,
     key_parts,

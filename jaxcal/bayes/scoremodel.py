@@ -79,10 +79,10 @@ from jaxcal._pytree import (
 )
 from jaxcal._validation import (
     check_fit_inputs,
+    check_key,
 )
 from jaxcal.bayes._sampling import (
     INIT_RADIUS,
-    check_key,
     is_minibatch,
     key_from_parts,
     key_parts,

@@ -1,7 +1,8 @@
 """Calibrators: parametric (Platt, temperature, beta, Gaussian, Gamma, exponential),
 spline calibration (a penalised natural cubic spline of the score),
-non-parametric (isotonic, histogram, BBQ, ENIR, smoothed isotonic) and field-aware
-(neural calibration). Every one follows the contract in ``jaxcal.calibrators._base``.
+non-parametric (isotonic, histogram, BBQ, ENIR, smoothed isotonic), field-aware
+(neural calibration) and multicalibration (boosted trees over features and score). Every
+one follows the contract in ``jaxcal.calibrators._base``.
 
 ``PrecisionWarning``: the cast of the training scores to JAX's working precision merged
 distinct scores (see ``jaxcal.calibrators._scaling`` for what each calibrator does with
@@ -31,7 +32,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "SmoothedIsotonic": "jaxcal.calibrators.smoothed_isotonic",
         "negative_downsampling_correction": "jaxcal.calibrators.smoothed_isotonic",
         "NeuralCalibration": "jaxcal.calibrators.neural",
+        "MulticalibrationBoosting": "jaxcal.calibrators.multicalibration",
         "VennAbers": "jaxcal.calibrators.venn_abers",
         "PrecisionWarning": "jaxcal._validation",
+        "ConvergenceWarning": "jaxcal.fitting.solver",
+        "SeparableDataWarning": "jaxcal.fitting.solver",
     },
 )

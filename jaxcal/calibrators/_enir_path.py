@@ -17,7 +17,13 @@ from jax import lax
 from jaxcal._scan import cummax, cumsum, searchsorted
 from jaxcal._vma import varying_like
 
-__all__ = ["trace_path", "average_path", "path_values", "enir_average_differentiable"]
+__all__ = [
+    "trace_path",
+    "average_path",
+    "path_values",
+    "near_isotonic_values",
+    "enir_average_differentiable",
+]
 
 
 _FANOUT = 32  # children per node of the tournament tree over pair collision times
@@ -233,14 +239,49 @@ def _run_values(alive, v0, lam0, slope, lam):
     return _at(v0[gid], lam0[gid], slope[gid], lam)
 
 
-def path_values(path: _Path, real, lam):
-    """Fitted value of every run at ``lam`` (not before the path's last merge)."""
-    # a run starts a group iff the group before it links to it (absorbed runs keep stale
-    # links that no live group points back along)
+def _group_starts(path: _Path, real):
+    """Whether each run starts a group of the path's last configuration: iff the group
+    before it links to it (absorbed runs keep stale links that no live group points back
+    along)."""
     prev = path.links[:, 0]
     n = prev.shape[0]
-    alive = real & ((prev < 0) | (path.links[jnp.maximum(prev, 0), 1] == jnp.arange(n)))
+    return real & ((prev < 0) | (path.links[jnp.maximum(prev, 0), 1] == jnp.arange(n)))
+
+
+def path_values(path: _Path, real, lam):
+    """Fitted value of every run at ``lam`` (not before the path's last merge)."""
+    alive = _group_starts(path, real)
     return _run_values(alive, path.group[:, 3], path.group[:, 4], path.group[:, 5], lam)
+
+
+def near_isotonic_values(w, y, real, lam):
+    r"""The near-isotonic fit of the runs at ``lam`` (``inf``: the isotonic fit), as
+    :func:`trace_path` + :func:`path_values`, differentiable in ``w``, ``y`` and ``lam``.
+
+    The path runs on the values alone (never differentiated). At ``lam`` a fused group
+    :math:`A` has the value :math:`\beta_A = (\sum_{r \in A} W_r y_r + \lambda c_A) / W_A`,
+    :math:`c_A \in \{-1, 0, 1\}` its violating neighbours (above on the left minus below on
+    the right); the groups and :math:`c_A` are piecewise constant in the data, so the
+    derivative is this expression's with them held fixed (exact unless a merge happens at
+    exactly ``lam``), added to the path's own values as a zero that carries the tangent.
+
+    ``w``, ``y``, ``real``: ``[N]`` run weights (positive for the real runs), values, and
+    whether a run is real (real runs first); ``lam``: a scalar. Returns ``[N]`` values.
+    """
+    wc, yc, lc = (lax.stop_gradient(a) for a in (w, y, lam))
+    zero = jnp.zeros_like(yc)
+    path = trace_path(wc, yc, zero, zero, real, lc)
+    at = jnp.where(jnp.isinf(lc), path.lam, lc)
+    values = path_values(path, real, at)
+    n = y.shape[0]
+    gid = cummax(jnp.where(_group_starts(path, real), jnp.arange(n), 0))
+    c = jnp.round(path.group[:, 0] * path.group[:, 5])  # W_A * slope_A = c_A
+    wr = jnp.where(real, w, 0.0)
+    sw = jax.ops.segment_sum(wr, gid, num_segments=n)
+    swy = jax.ops.segment_sum(wr * y, gid, num_segments=n)
+    lam_t = jnp.where(jnp.isinf(lc), at, lam)  # no tangent at the isotonic end
+    beta = (swy[gid] + lam_t * c[gid]) / jnp.where(real, sw[gid], 1.0)
+    return values + jnp.where(real, beta - lax.stop_gradient(beta), 0.0)
 
 
 def _log_weight(values, s1, s0, real, n_groups, log_n, eps):
@@ -456,11 +497,11 @@ def enir_average_differentiable(w, y, s1, s0, real, n_eff, eps):
     with the data, and the path's structure jumps), so the derivative is that of the
     selected models: the breakpoint lambdas :math:`\lambda_k`, the model weights
     :math:`\omega_k` and each model's fused groups held fixed. A group :math:`A` of model
-    :math:`k` has the value :math:`eta_A = (\sum_{r \in A} W_r ar y_r + \lambda_k c_A) /
+    :math:`k` has the value :math:`\beta_A = (\sum_{r \in A} W_r \bar y_r + \lambda_k c_A) /
     W_A` (:math:`c_A` its count of violating neighbours, signed), so
 
-    .. math::  \dot{\mathrm{acc}}_r = \sum_k \omega_k rac{\sum_{r' \in A_k(r)}
-        ig(W_{r'} \dot{ar y}_{r'} + \dot W_{r'} (ar y_{r'} - eta_{A_k(r)})ig)}
+    .. math::  \dot{\mathrm{acc}}_r = \sum_k \omega_k \frac{\sum_{r' \in A_k(r)}
+        \big(W_{r'} \dot{\bar y}_{r'} + \dot W_{r'} (\bar y_{r'} - \beta_{A_k(r)})\big)}
         {W_{A_k(r)}},
 
     summed per path segment (a group over its span of models) as pass 2 sums the values.

@@ -328,8 +328,10 @@ class LinearCalibratorEstimator(Calibrator):
         return out
 
     def _fit(self, data: FitData) -> LinearLogitCalibrator:
-        """The exact fit; a :class:`ConvergenceWarning` when the solver did not converge
-        (``fitted.status`` says why)."""
+        """The exact fit; a :class:`~jaxcal.fitting.solver.SeparableDataWarning` when no
+        finite fit exists (separable data, ``l2 = 0``: the map is the near-step of
+        :mod:`jaxcal.fitting.linear`), a :class:`~jaxcal.fitting.solver.ConvergenceWarning`
+        when the solver did not converge (``fitted.status`` says which)."""
         self.family.check_scores(data.scores, data.weights)
         self._check_targets(data.targets, data.weights)
         scaling, s = self._scaled(data.scores, data.weights, type(self).__name__)
@@ -387,6 +389,11 @@ class LinearCalibratorEstimator(Calibrator):
 
         Raises:
             ValueError: on invalid inputs (per problem: one class only, all scores equal...).
+
+        Warns:
+            SeparableDataWarning: problems whose data are separable (``status.code ==
+                SEPARABLE``; each row's map is the one :meth:`fit` returns on that row).
+            ConvergenceWarning: problems whose solver did not converge.
         """
         self._check_hyperparameters()
         s, t, w = prepare_fit_batch(

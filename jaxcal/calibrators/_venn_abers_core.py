@@ -161,10 +161,13 @@ def _sweep(W, Y, omega, first, last, nxt, *, indices: bool = False):
 
     zero = jnp.zeros((), W.dtype)
     init = (zero, zero, zero, jnp.int32(0), jnp.zeros_like(W))
+    data = (W, Y, omega, first, last, nxt)
     if not indices:
+        init = varying_like(init, *data)  # inside shard_map: the carry varies as the data
         return lax.fori_loop(0, n, point, init)[4]
     none = jnp.zeros(n, jnp.int32)
-    return lax.fori_loop(0, n, point, (*init, jnp.int32(0), none, none))[6:]
+    init = varying_like((*init, jnp.int32(0), none, none), *data)  # inside shard_map
+    return lax.fori_loop(0, n, point, init)[6:]
 
 
 def _csd(inc_w, inc_y, first, last):
@@ -252,7 +255,8 @@ def _count_below(edges, lo, cnt, t):
         e = edges[jnp.clip(lo + cand - 1, 0, size - 1)]
         return jnp.where((cand <= cnt) & (e < t), cand, c)
 
-    below = lax.fori_loop(0, steps, body, jnp.zeros(jnp.shape(t), jnp.int32))
+    start = varying_like(jnp.zeros(jnp.shape(t), jnp.int32), edges, lo, cnt, t)  # shard_map
+    below = lax.fori_loop(0, steps, body, start)
     tie = (below < cnt) & (edges[jnp.clip(lo + below, 0, size - 1)] == t)
     return below, tie
 

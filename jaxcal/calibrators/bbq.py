@@ -27,10 +27,20 @@ difference array over sorted positions and a cumulative sum build it without ano
 prediction is one binary search per score, ``O(log N)``.
 
 Choices: bins are equal-frequency in the *sorted training scores* with ties kept in one bin
-(a tied sample can give empty bins, which contribute a factor 1). The bin's mid score
-:math:`p_b` is the midpoint of its score interval, the outer bins reaching to 0 and 1 when
-all scores lie in [0, 1]; otherwise scores are treated as logits and
-:math:`p_b = \sigma(\text{midpoint})`, the outer bins reaching to the training min / max.
+(a tied sample can give empty bins, which contribute a factor 1). The prior mean
+:math:`p_b` of a bin depends on ``score_scale``:
+
+* ``"probability"`` (the paper's; ``"auto"`` when every training score lies in [0, 1]):
+  the midpoint of the bin's score interval, the outer bins reaching to 0 and 1.
+* ``"rank"`` (``"auto"`` for any other scores): the training base rate
+  :math:`\pi = \sum_i w_i t_i / \sum_i w_i` in every bin. The scores then enter through
+  their order alone, so the fit is the same for any strictly increasing transform of the
+  scores (``s * 1e20``, ``s * 1e-20``, ``s + c``, ...), as a map of scores without a
+  probability scale should be: predictions at corresponding points are equal.
+* ``"logit"`` (asked for explicitly: the scores are logits): :math:`p_b =
+  \sigma(\text{midpoint})`, the outer bins reaching to the training min / max. The prior
+  then reads the scores' units, so rescaled logits give another fit.
+
 Loss-weighted targets enter the Beta-binomial counts as weighted sums: bin :math:`b` has
 :math:`N_b = \sum w_i` and :math:`m_b = \min(\sum w_i t_i, N_b)`, so under the IPS loss
 (:math:`t_i = Y_i / \omega_i`) a click counts :math:`1/\omega_i` times; the clip acts per
@@ -42,12 +52,13 @@ on ``N`` alone, a static shape, so all of them are scored at once as above, and 
 table is built in the program over all ``N`` sorted training scores (``table_edges`` has
 ``N`` entries, a position without an edge repeating the value before it) instead of the
 distinct edges. The numbers are the eager fit's. With ``score_scale="auto"`` the choice of
-scale is made in the program (per problem under ``vmap``); ``logit_scale``, a static field,
-then reads ``False``. The posterior means, the marginal likelihoods and the weights are
-smooth in the targets and weights (``N_b``, ``m_b`` are sums), so ``jvp`` / ``grad`` with
-respect to the labels, propensities and weights are exact away from the clip
+scale is made in the program (per problem under ``vmap``); ``score_scale``, a static field
+of the fitted map, then reads ``"auto"``. The posterior means, the marginal likelihoods and
+the weights are smooth in the targets and weights (``N_b``, ``m_b`` are sums), so ``jvp`` /
+``grad`` with respect to the labels, propensities and weights are exact away from the clip
 :math:`m_b \le N_b`; the dependence on the training scores goes through the bins (piecewise
-constant: zero derivative) and through the prior's bin mid scores (smooth).
+constant: zero derivative) and, for the ``"probability"`` and ``"logit"`` priors, through
+the bins' mid scores (smooth).
 
 Example:
     >>> import jaxcal, numpy as np
@@ -86,6 +97,8 @@ from jaxcal.calibrators._scaling import (
 from jaxcal.calibrators.histogram import step_map
 
 __all__ = ["BBQ", "FittedBBQ", "bbq_bin_counts"]
+
+_SCORE_SCALES = ("auto", "probability", "rank", "logit")
 
 
 def bbq_bin_counts(n: int, c: float) -> np.ndarray:
@@ -162,21 +175,40 @@ def _model_layout(n_bins: np.ndarray, n: int, size: int) -> _Layout:
     )
 
 
-def _pick(logit_scale, if_logit, if_probability):
-    """``if_logit`` or ``if_probability``: by Python for a static scale, by ``jnp.where``
-    for a traced one (the pure fit with ``score_scale="auto"``)."""
-    if isinstance(logit_scale, bool):
-        return if_logit if logit_scale else if_probability
-    return jnp.where(logit_scale, if_logit, if_probability)
+def _pick(data_range, if_data, if_unit):
+    """``if_data`` or ``if_unit``: by Python for a static choice, by ``jnp.where`` for a
+    traced one (the pure fit with ``score_scale="auto"``)."""
+    if isinstance(data_range, bool):
+        return if_data if data_range else if_unit
+    return jnp.where(data_range, if_data, if_unit)
 
 
-def _bins_core(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
+def _prior_mean(mid, rate, prior):
+    """The bins' prior means :math:`p_b` (module docstring) from their mid scores ``mid``
+    and the base rate ``rate``: ``prior`` is ``"probability"``, ``"logit"`` or ``"rank"``,
+    or (the pure fit with ``score_scale="auto"``) a traced bool, true for ``"rank"``.
+    Clipped into [1e-6, 1 - 1e-6], which keeps the Beta prior proper at 0 / 1."""
+    if isinstance(prior, str):
+        if prior == "logit":
+            p = jax.nn.sigmoid(mid)
+        elif prior == "rank":
+            p = jnp.broadcast_to(rate, mid.shape)
+        else:
+            p = mid
+    else:
+        p = jnp.where(prior, rate, mid)
+    return jnp.clip(p, 1e-6, 1.0 - 1e-6).astype(mid.dtype)
+
+
+def _bins_core(s, t, w, n, layout: _Layout, unit, *, data_range, presorted):
     """Every bin of every model: its weighted count :math:`N_b`, positives :math:`m_b`,
     lower edge and mid score (in the transformed scores :math:`s'`, see ``_posterior``).
 
     ``s, t, w`` hold ``n`` real points, then padding (copies of the largest score with zero
     weight, so the first ``n`` sorted scores are the real ones); ``layout``: the pairs
-    (``_model_layout``). ``unit``: the ends 0 and 1 of the probability scale, transformed.
+    (``_model_layout``). ``unit``: the ends 0 and 1 of the probability scale, transformed;
+    ``data_range``: whether the outer bins reach to the training min / max instead (scores
+    without a probability scale).
     ``presorted``: the points come sorted by score (on CPU the caller sorts them: NumPy's
     sort takes a tenth of the time of XLA's comparator sort). Returns the sorted scores
     and, per pair, :math:`N_b`, :math:`m_b`, the lower edge (the data minimum or 0 for the
@@ -193,8 +225,8 @@ def _bins_core(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     # points below ss[i]: the first position of its tie run
     new_run = jnp.concatenate([jnp.ones(1, bool), ss[1:] != ss[:-1]])
     run_start = cummax(jnp.where(new_run, jnp.arange(ss.shape[0]), 0))
-    lo_all = _pick(logit_scale, ss[0], unit[0])
-    hi_all = _pick(logit_scale, ss[n - 1], unit[1])
+    lo_all = _pick(data_range, ss[0], unit[0])
+    hi_all = _pick(data_range, ss[n - 1], unit[1])
     cut_lo = jnp.where(layout.has_lo, run_start[layout.pos_lo], 0)  # points below each edge
     cut_hi = jnp.where(layout.has_hi, run_start[layout.pos_hi], n)
     N_b = cw[cut_hi] - cw[cut_lo]
@@ -204,24 +236,24 @@ def _bins_core(s, t, w, n, layout: _Layout, unit, *, logit_scale, presorted):
     return ss, N_b, m_b, lo, mid
 
 
-_bins = functools.partial(jit, static_argnames=("logit_scale", "presorted"))(_bins_core)
+_bins = functools.partial(jit, static_argnames=("data_range", "presorted"))(_bins_core)
 
 
-def _posterior_core(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots, logit_scale):
+def _posterior_core(N_b, m_b, mid, layout: _Layout, m, ess, scaling, rate, *, n_slots, prior):
     r"""Each bin's posterior mean ``theta`` and each model's BDeu log marginal likelihood
     (module docstring) and normalised log weight, over ``n_slots`` model slots (``-inf``
     past the ``m`` models).
 
     The bin mid scores of the prior are mapped back to scores, :math:`(s'_{mid} + c)\,2^k`
-    (``scaling``, ``jaxcal.calibrators._scaling``). Six log-gammas per bin are most of a
+    (``scaling``, ``jaxcal.calibrators._scaling``), and read as ``prior`` says
+    (:func:`_prior_mean`; ``rate``: the base rate). Six log-gammas per bin are most of a
     fit's arithmetic: they run in this program, compiled with LLVM's optimisations at every
     size (``jaxcal._jit``), on arguments that are elementwise functions of stored arrays,
     so that their loop vectorises (fused with the gathers of ``_bins`` it would not; 3-4x
     slower).
     """
     mid = _ldexp_traced(mid + scaling.shift.astype(mid.dtype), scaling.exponent)  # a score
-    p = _pick(logit_scale, jax.nn.sigmoid(mid), mid)
-    p = jnp.clip(p, 1e-6, 1.0 - 1e-6)  # keep the Beta prior proper at 0 / 1
+    p = _prior_mean(mid, rate, prior)
     a0 = ess / layout.n_bins.astype(mid.dtype)
     alpha, beta = a0 * p, a0 * (1.0 - p)
     theta = (m_b + alpha) / (N_b + a0)
@@ -237,7 +269,7 @@ def _posterior_core(N_b, m_b, mid, layout: _Layout, m, ess, scaling, *, n_slots,
     return theta, log_ml, log_ml - jax.nn.logsumexp(log_ml)
 
 
-_posterior = functools.partial(jit, static_argnames=("n_slots", "logit_scale"), optimize=True)(
+_posterior = functools.partial(jit, static_argnames=("n_slots", "prior"), optimize=True)(
     _posterior_core
 )
 
@@ -314,6 +346,9 @@ class FittedBBQ(FittedCalibrator):
             consecutive table edges (``table_values[j]`` right of the first ``j`` edges; the
             last value repeated over the padding): what ``predict`` evaluates, in
             ``O(log T)`` per score.
+        score_scale: how the prior read the scores: ``"probability"``, ``"rank"`` or
+            ``"logit"`` (``"auto"`` after a pure fit with ``score_scale="auto"``, which
+            decides in the program).
     """
 
     edges: jax.Array
@@ -323,7 +358,7 @@ class FittedBBQ(FittedCalibrator):
     n_bins: jax.Array
     table_edges: jax.Array
     table_values: jax.Array
-    logit_scale: bool = static_field(default=False)
+    score_scale: str = static_field(default="probability")
     scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
@@ -340,8 +375,22 @@ class BBQ(Calibrator):
         c: model range constant :math:`C` (bin counts from :math:`N^{1/3}/C` to
             :math:`C N^{1/3}`).
         equivalent_sample_size: BDeu prior strength :math:`N'`.
-        score_scale: ``"auto"`` (probability if all training scores lie in [0, 1], else
-            logit), ``"probability"`` or ``"logit"``: how bin mid scores become prior means.
+        score_scale: ``"auto"`` (``"probability"`` if all training scores lie in [0, 1],
+            else ``"rank"``), ``"probability"``, ``"rank"`` or ``"logit"``: where the bins'
+            prior means come from (module docstring); ``"rank"`` makes the fit depend on the
+            order of the scores alone.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=300)
+        >>> y = (rng.uniform(size=300) < 1 / (1 + np.exp(-2 * s))).astype(int)
+        >>> cal = jaxcal.BBQ().fit(s, y)  # scores outside [0, 1]: "rank"
+        >>> cal.score_scale
+        'rank'
+        >>> big = jaxcal.BBQ().fit(s * 1e20, y)  # the units do not matter
+        >>> bool(np.array_equal(cal.predict(s), big.predict(s * 1e20)))
+        True
     """
 
     c: float = 10.0
@@ -355,9 +404,9 @@ class BBQ(Calibrator):
             raise ValueError(
                 f"equivalent_sample_size must be > 0; got {self.equivalent_sample_size!r}."
             )
-        if self.score_scale not in ("auto", "probability", "logit"):
+        if self.score_scale not in _SCORE_SCALES:
             raise ValueError(
-                f"score_scale must be 'auto', 'probability' or 'logit'; got {self.score_scale!r}."
+                f"score_scale must be one of {_SCORE_SCALES}; got {self.score_scale!r}."
             )
 
     def _fit(self, d: FitData) -> FittedBBQ:
@@ -365,7 +414,10 @@ class BBQ(Calibrator):
         in_unit = bool((d.scores >= 0).all() and (d.scores <= 1).all())
         if self.score_scale == "probability" and not in_unit:
             raise ValueError("score_scale='probability' needs scores in [0, 1].")
-        logit = self.score_scale == "logit" or (self.score_scale == "auto" and not in_unit)
+        scale = self.score_scale
+        if scale == "auto":
+            scale = "probability" if in_unit else "rank"
+        rate = np.sum(d.weights * d.targets) / np.sum(d.weights)  # the base rate (float64)
         n = d.scores.shape[0]
         n_bins = bbq_bin_counts(n, float(self.c))
         m, b_max, n_pairs = n_bins.shape[0], int(n_bins[-1]), int(n_bins.sum())
@@ -384,12 +436,12 @@ class BBQ(Calibrator):
             n,
             layout,
             np.asarray(scaling.apply(np.array([0.0, 1.0])), dtype),
-            logit_scale=logit,
+            data_range=scale != "probability",
             presorted=presorted,
         )
-        ess = np.asarray(self.equivalent_sample_size, dtype)
+        ess, rate = (np.asarray(x, dtype) for x in (self.equivalent_sample_size, rate))
         out = _posterior(
-            N_b, m_b, mid, layout, m, ess, scaling, n_slots=model_slots, logit_scale=logit
+            N_b, m_b, mid, layout, m, ess, scaling, rate, n_slots=model_slots, prior=scale
         )
         lo, ss, (theta, log_ml, log_w) = jax.device_get((lo, ss, out))
         table, is_edge, base = _ensemble_table(theta, log_w, layout, n_pairs, n)
@@ -413,7 +465,7 @@ class BBQ(Calibrator):
             n_bins=n_bins,
             table_edges=table_e,
             table_values=table_v,
-            logit_scale=logit,
+            score_scale=scale,
             scaling=scaling,
         )
 
@@ -424,12 +476,13 @@ class BBQ(Calibrator):
         n, dtype = s.shape[0], s.dtype
         in_unit = jnp.all((s >= 0) & (s <= 1))
         refused = jnp.zeros((), bool)
-        if self.score_scale == "probability":
-            logit, refused = False, ~in_unit
-        elif self.score_scale == "logit":
-            logit = True
-        else:
-            logit = ~in_unit
+        prior = self.score_scale  # "auto": a traced choice, true for "rank"
+        if prior == "probability":
+            refused = ~in_unit
+        elif prior == "auto":
+            prior = ~in_unit
+        data_range = prior if not isinstance(prior, str) else prior != "probability"
+        rate = jnp.sum(d.weights * d.targets) / jnp.sum(d.weights)
         n_bins = bbq_bin_counts(n, float(self.c))
         m, b_max, n_pairs = n_bins.shape[0], int(n_bins[-1]), int(n_bins.sum())
         layout = _model_layout(n_bins, n, n_pairs)
@@ -441,12 +494,12 @@ class BBQ(Calibrator):
             n,
             layout,
             jnp.array([0.0, 1.0], dtype),
-            logit_scale=logit,
+            data_range=data_range,
             presorted=False,
         )
         ess = jnp.asarray(self.equivalent_sample_size, dtype)
         theta, log_ml, log_w = _posterior_core(
-            N_b, m_b, mid, layout, m, ess, scaling, n_slots=m, logit_scale=logit
+            N_b, m_b, mid, layout, m, ess, scaling, rate, n_slots=m, prior=prior
         )
         values, base = _ensemble_table_pure(theta, log_w, layout, n)
         model, bin_index = layout.model, layout.bin_index
@@ -462,7 +515,7 @@ class BBQ(Calibrator):
             n_bins=jnp.asarray(n_bins),
             table_edges=ss,
             table_values=jnp.concatenate([base[None], values]),
-            logit_scale=self.score_scale == "logit",
+            score_scale=self.score_scale,
             scaling=scaling,
         )
         return poison(fitted, refused)

@@ -33,7 +33,8 @@ merged at ``lambda = 0`` in one sweep, and each segment's least log-loss recorde
 segment ends. It gives the same models, the same scored models and the same averaged
 values to rounding (1e-12 in the float64 tests), in about 2 ms at ``n = 1e4`` where the JAX
 loops below take ~75 ms (each ``while_loop`` iteration costs a few microseconds on a CPU).
-``near_isotonic_regression`` uses the kernel's path in the same way. GPU and TPU programs
+``near_isotonic_regression`` uses the kernel's path in the same way (on tracers it is the
+pure path, ``_enir_path.near_isotonic_values``). GPU and TPU programs
 run the pure-JAX passes (jitted, ``O(n log n)``): after the sort, two ``lax.while_loop``
 passes.
 
@@ -95,12 +96,12 @@ from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._jit import jit
 from jaxcal._native import enir_cpu_available, enir_fit_cpu, near_isotonic_cpu
 from jaxcal._pytree import pytree_dataclass
-from jaxcal._validation import check_sample_weight, check_scores
+from jaxcal._validation import check_sample_weight, check_scores, nan_where, pure_1d
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._enir_path import (
     average_path,
     enir_average_differentiable,
-    path_values,
+    near_isotonic_values,
     trace_path,
 )
 from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
@@ -161,11 +162,26 @@ def _use_kernel() -> bool:
     return jax.default_backend() == "cpu" and enir_cpu_available()
 
 
-@partial(jit, xla_defaults=True)  # the default emitters, as _path_core
-def _near_isotonic_core(w, y, real, lam):
-    z = jnp.zeros_like(y)
-    path = trace_path(w, y, z, z, real, lam)
-    return path_values(path, real, jnp.where(jnp.isinf(lam), path.lam, lam))
+_near_isotonic_core = jit(near_isotonic_values, xla_defaults=True)  # emitters as _path_core
+
+
+def _near_isotonic_pure(y, lam, sample_weight):
+    """``near_isotonic_regression`` on tracers: no padding, no kernel, the NaN policy."""
+    yv = pure_1d(y, "y")
+    w = jnp.ones_like(yv) if sample_weight is None else pure_1d(sample_weight, "sample_weight")
+    if w.shape != yv.shape:
+        raise ValueError(f"length mismatch: {yv.shape[0]} values but {w.shape[0]} weights.")
+    lam = jnp.asarray(lam, yv.dtype)
+    if lam.ndim != 0:
+        raise ValueError(f"lam must be a scalar; got shape {lam.shape}.")
+    invalid = ~jnp.all(jnp.isfinite(yv)) | jnp.any(~jnp.isfinite(w) | (w <= 0)) | ~(lam >= 0)
+    out = near_isotonic_values(
+        jnp.where(invalid, 1.0, w),  # inputs the path runs through, whatever the data
+        jnp.where(invalid, 0.0, yv),
+        jnp.ones(yv.shape, bool),
+        jnp.where(invalid, 0.0, lam),
+    )
+    return nan_where(invalid, out)
 
 
 def near_isotonic_regression(
@@ -179,6 +195,14 @@ def near_isotonic_regression(
     traced exactly along the path (modified PAV) up to ``lam``; ``lam = inf`` gives the
     isotonic regression.
 
+    On tracers (inside ``jit``, ``vmap``, ``grad``, ``jax.export``; any of ``y``,
+    ``sample_weight``, ``lam`` traced) it runs the pure-JAX path, never the compiled
+    kernel, with no padding, and differentiates in ``y``, the weights and ``lam``: the
+    derivative of the fit with its fused groups held fixed, exact wherever they do not
+    change (``_enir_path.near_isotonic_values``). Data that would raise gives NaN there
+    (a non-finite value or weight, a weight ``<= 0``, ``lam`` negative or NaN); shapes
+    still raise ``ValueError``.
+
     Args:
         y: ``[n]`` finite values in sequence order.
         lam: penalty :math:`\lambda \ge 0`.
@@ -188,8 +212,18 @@ def near_isotonic_regression(
         ``[n]`` fitted values.
 
     Raises:
-        ValueError: on non-finite / empty input, non-positive weights or ``lam < 0``.
+        ValueError: on non-finite / empty input, non-positive weights or ``lam < 0``
+            (concrete inputs; traced ones give NaN).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxcal.calibrators import near_isotonic_regression
+        >>> y = jnp.array([1.0, 3.0, 2.0, 4.0])
+        >>> jax.jit(lambda y: near_isotonic_regression(y, lam=0.2))(y)
+        Array([1. , 2.8, 2.2, 4. ], dtype=float32)
     """
+    if _shapes.is_traced(y, sample_weight, lam):
+        return _near_isotonic_pure(y, lam, sample_weight)
     yv = check_scores(y, name="y")
     w = check_sample_weight(sample_weight, yv.shape[0])
     if (w <= 0).any():

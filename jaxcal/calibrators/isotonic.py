@@ -72,8 +72,10 @@ package refuses them; ``"clip"`` gives its constant extension). The former name
 On tracers ``IsotonicCalibration.fit`` is the pure fit (``jaxcal.calibrators._base``):
 knots ``[n]`` (``[2 n + 2]`` centred) padded by repeating the last one, differentiable in
 the scores, labels, weights and propensities; ``out_of_bounds="raise"`` gives NaN there
-for scores outside the training range, and ``increasing="auto"`` raises ``ValueError``
-(docs/nonparametric.md, "Inside jit, vmap and grad").
+for scores outside the training range, and ``increasing="auto"`` computes the sign of the
+weighted Spearman correlation in the program (:func:`increasing_pure`) and fits in that
+direction: the fitted map's ``increasing`` is then ``"auto"`` and its ``sign`` leaf (+1 or
+-1) holds the direction (docs/nonparametric.md, "Inside jit, vmap and grad").
 
 Example:
     >>> import jaxcal, numpy as np
@@ -94,13 +96,15 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike
 
 from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._shapes import is_traced
 from jaxcal._validation import check_sample_weight, check_scores
-from jaxcal._weights import normalize_weights_host
+from jaxcal._weights import normalize_weights, normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
 from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
@@ -120,6 +124,7 @@ __all__ = [
     "FittedIsotonic",
     "isotonic_knots",
     "check_increasing",
+    "increasing_pure",
 ]
 
 _INTERPOLATIONS = ("linear", "step")
@@ -132,11 +137,14 @@ class FittedIsotonic(FittedCalibrator):
 
     Attributes:
         knots_x: ``[K]`` strictly increasing knot positions in ``u`` = ``s'`` (or ``-s'`` when
-            ``increasing=False``), :math:`s' = s\\,2^{-k} - c` the transformed score
-            (``scaling``: the identity unless the working precision could not hold the
-            training scores, see ``jaxcal.calibrators._scaling``).
+            ``increasing=False``, ``sign * s'`` when ``increasing="auto"``),
+            :math:`s' = s\\,2^{-k} - c` the transformed score (``scaling``: the identity
+            unless the working precision could not hold the training scores, see
+            ``jaxcal.calibrators._scaling``).
         knots_y: ``[K]`` non-decreasing probabilities at the knots (clipped / trimmed).
-        increasing: whether the map is non-decreasing in the score (``"auto"`` resolved).
+        increasing: whether the map is non-decreasing in the score (``"auto"`` resolved by
+            an eager fit); ``"auto"`` for a fit of ``increasing="auto"`` inside a trace,
+            whose direction is data: ``sign``.
         interpolation: ``"linear"`` (between knots) or ``"step"`` (value of the last knot at
             or below the score).
         out_of_bounds: scores outside the training range (the first and last knot) get the
@@ -144,14 +152,22 @@ class FittedIsotonic(FittedCalibrator):
             inside ``jit`` they get NaN).
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` applied to the
             scores before the knots are looked up.
+        sign: ``None``, or with ``increasing="auto"`` a scalar: +1 where the map is
+            non-decreasing, -1 where it is non-increasing (the sign of the weighted
+            Spearman correlation, computed in the program).
     """
 
     knots_x: jax.Array
     knots_y: jax.Array
-    increasing: bool = static_field(default=True)
+    increasing: bool | str = static_field(default=True)
     interpolation: str = static_field(default="linear")
     out_of_bounds: str = static_field(default="clip")
     scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
+    sign: jax.Array | None = None
+
+    def _check_loaded(self) -> None:
+        if (self.increasing == "auto") != (self.sign is not None):
+            raise ValueError("FittedIsotonic has a sign exactly when increasing is 'auto'.")
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Calibrated probabilities (any shape of ``scores``; float32 when the scores are
@@ -162,11 +178,17 @@ class FittedIsotonic(FittedCalibrator):
             ValueError: on non-finite scores, or scores outside the training range with
                 ``out_of_bounds="raise"``.
         """
+        u, increasing = self.scaling.apply(scores), self.increasing
+        if self.sign is not None:  # the knots lie in u = sign * s'
+            if is_traced(scores, self.sign):
+                u, increasing = jnp.asarray(u) * self.sign, True
+            else:
+                increasing = bool(np.asarray(self.sign) > 0)
         return knot_map(
-            self.scaling.apply(scores),
+            u,
             self.knots_x,
             self.knots_y,
-            increasing=self.increasing,
+            increasing=increasing,
             interpolation=self.interpolation,
             out_of_bounds=self.out_of_bounds,
             float32_out=is_float32(scores),
@@ -241,6 +263,58 @@ def check_increasing(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None
     return rho >= 0
 
 
+def _weighted_ranks_pure(v: jax.Array, w: jax.Array) -> jax.Array:
+    """:func:`_weighted_ranks` in JAX (fixed shape: zero weights add nothing to a rank)."""
+    n = v.shape[0]
+    order = jnp.argsort(v)
+    vs = v[order]
+    tie_class = jnp.cumsum(jnp.concatenate([jnp.ones(1, bool), vs[1:] != vs[:-1]])) - 1
+    total = jax.ops.segment_sum(w[order], tie_class, num_segments=n)
+    return jnp.zeros_like(v).at[order].set((jnp.cumsum(total) - total / 2)[tie_class])
+
+
+def increasing_pure(
+    x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+) -> jax.Array:
+    """:func:`check_increasing` in JAX, for possibly traced inputs: a boolean scalar, True
+    where the weighted Spearman correlation of ``x`` and ``y`` is ``>= 0`` or undefined.
+
+    The same ranks, sums and rule as :func:`check_increasing` (so the same direction, but
+    for correlations within rounding of zero, where the order of the sums decides), without
+    the warning about its confidence interval (nothing can warn inside a trace) and without
+    input checks: non-finite inputs give a meaningless direction (the pure fits make such
+    data NaN). The direction is piecewise constant in the data: no derivative flows
+    through it.
+
+    Args:
+        x: ``[n]`` scores.
+        y: ``[n]`` targets.
+        sample_weight: ``[n]`` non-negative weights (default ones; zero weights do not count).
+
+    Returns:
+        A boolean scalar (batched under ``vmap``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxcal.calibrators.isotonic import increasing_pure
+        >>> x = jnp.array([0.1, 0.4, 0.35, 0.8]); y = jnp.array([1.0, 0.0, 1.0, 0.0])
+        >>> bool(jax.jit(increasing_pure)(x, y))
+        False
+    """
+    x = lax.stop_gradient(jnp.asarray(x))
+    y = lax.stop_gradient(jnp.asarray(y)).astype(x.dtype)
+    w = jnp.ones_like(x) if sample_weight is None else jnp.asarray(sample_weight).astype(x.dtype)
+    w = normalize_weights(lax.stop_gradient(w))
+    rx, ry = _weighted_ranks_pure(x, w), _weighted_ranks_pure(y, w)
+    total = jnp.sum(w)
+    dx = rx - jnp.dot(w, rx) / total
+    dy = ry - jnp.dot(w, ry) / total
+    sxx, syy = jnp.dot(w, dx * dx), jnp.dot(w, dy * dy)
+    defined = (sxx > 0) & (syy > 0)
+    rho = jnp.dot(w, dx * dy) / jnp.sqrt(jnp.where(defined, sxx * syy, 1.0))
+    return ~defined | (rho >= 0)
+
+
 def isotonic_map(
     scores: np.ndarray,
     targets: np.ndarray,
@@ -282,7 +356,8 @@ class IsotonicCalibration(Calibrator):
     Args:
         increasing: map non-decreasing (True) or non-increasing (False) in the score, or
             ``"auto"``: the sign of the weighted Spearman correlation of scores and targets
-            (:func:`check_increasing`; warns when its confidence interval spans zero).
+            (:func:`check_increasing`; warns when its confidence interval spans zero;
+            inside a trace :func:`increasing_pure`, the same sign without the warning).
         interpolation: ``"linear"`` (scikit-learn's prediction) or ``"step"``.
         centered: centred isotonic regression (CIR, Oron & Flournoy 2017; module
             docstring): one knot per PAV level set at its weighted mean score, linearly
@@ -364,23 +439,28 @@ class IsotonicCalibration(Calibrator):
     def _fit_pure(self, d: PureFitData) -> FittedIsotonic:
         """The pure fit (``jaxcal.calibrators._base``): the merge tree with its derivatives
         (``jaxcal.fitting.pav.pav_differentiable``); knots ``[n]`` (``[2 n + 2]`` centred),
-        padded by repeating the last one. ``increasing="auto"`` is refused: the direction
-        decides the fitted calibrator's structure, which a trace cannot take from data."""
-        if isinstance(self.increasing, str):
-            raise ValueError(
-                "increasing='auto' chooses the direction from the data, on the host; inside "
-                "jit, vmap or grad pass increasing=True or False."
-            )
+        padded by repeating the last one. ``increasing="auto"``: the direction of
+        :func:`increasing_pure` (that of the eager fit), one fit on ``u = sign * s``; the
+        fitted map keeps ``increasing="auto"`` and the ``sign`` (a static direction cannot
+        come from traced data)."""
         lo, hi = self._bounds()
-        u = d.scores if self.increasing else -d.scores
+        sign, increasing = None, self.increasing
+        if isinstance(increasing, str):
+            up = increasing_pure(d.scores, d.targets, d.weights)
+            sign = jnp.where(up, 1.0, -1.0).astype(d.scores.dtype)
+            u = d.scores * sign
+        else:
+            increasing = bool(increasing)
+            u = d.scores if increasing else -d.scores
         kx, kv = isotonic_knots_pure(u, d.targets, d.weights, centred=self.centered)
         return FittedIsotonic(
             knots_x=kx,
             knots_y=clip_to_bounds(kv, lo, hi),
-            increasing=bool(self.increasing),
+            increasing=increasing,
             interpolation=self.interpolation,
             out_of_bounds=self.out_of_bounds,
             scaling=traced_identity_scaling(kx.dtype),
+            sign=sign,
         )
 
     def _fit(self, d: FitData) -> FittedIsotonic:

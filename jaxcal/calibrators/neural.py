@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -61,10 +60,7 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._fitdata import poison, prepare_fit, prepare_fit_pure
 from jaxcal._jit import jit
-from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import check_1d, check_scores
-from jaxcal.calibrators._base import FittedCalibrator
-from jaxcal.calibrators._knots import padded_knots
 from jaxcal.calibrators._neural_core import (
     MONOTONE,
     SCORE_TYPES,
@@ -77,12 +73,15 @@ from jaxcal.calibrators._neural_core import (
     train,
     training_loss,
 )
-from jaxcal.calibrators._scaling import (
-    ScoreScaling,
-    fit_scaling,
-    identity_scaling,
-    pure_identity_scaling,
+from jaxcal.calibrators._neural_fields import (
+    check_fields,
+    fields_and_cardinalities,
+    fields_pure,
+    table_offsets,
 )
+from jaxcal.calibrators._neural_fitted import FittedNeuralCalibration
+from jaxcal.calibrators._scaling import fit_scaling, pure_identity_scaling
+from jaxcal.metrics._keys import key_parts
 
 __all__ = [
     "NeuralCalibration",
@@ -91,193 +90,6 @@ __all__ = [
     "field_mlp",
     "objective",
 ]
-
-
-def _check_fields(fields: Any, n: int, cardinalities: tuple[int, ...] | None) -> np.ndarray:
-    arr = np.asarray(fields)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2:
-        raise ValueError(f"fields must be an integer array [n, F]; got shape {arr.shape}.")
-    if arr.shape[0] != n:
-        raise ValueError(f"length mismatch: {n} scores but {arr.shape[0]} rows of fields.")
-    if arr.dtype.kind not in "biu":
-        if arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all():
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"fields must hold integer ids; got dtype {arr.dtype}.")
-    if arr.size and arr.min() < 0:
-        raise ValueError(f"fields must be non-negative integer ids; got min {arr.min()}.")
-    if cardinalities is not None:
-        if arr.shape[1] != len(cardinalities):
-            raise ValueError(
-                f"fields must have {len(cardinalities)} column(s), as in training; got "
-                f"{arr.shape[1]}."
-            )
-        over = arr >= np.asarray(cardinalities)
-        if over.any():
-            r, c = np.argwhere(over)[0]
-            raise ValueError(
-                f"field {c} value {arr[r, c]} (row {r}) is >= its cardinality "
-                f"{cardinalities[c]}: unseen field values have no embedding."
-            )
-    return arr.astype(np.int32)
-
-
-@pytree_dataclass
-class FittedNeuralCalibration(FittedCalibrator):
-    r"""Fitted field-aware calibrator: ``predict(scores, fields) = sigmoid(eta(l) + g(x))``.
-
-    Attributes:
-        knots: ``[K + 1]`` increasing logit knots :math:`a_k` (after the pure fit, inside
-            ``jit``: ``[n_knots]``, the distinct knots then copies of the last, which the
-            map never reaches).
-        values: ``[K + 1]`` :math:`b_k = \eta(a_k)`.
-        embeddings: ``[sum_f C_f, d]`` stacked field embedding tables.
-        linear: ``[F d]`` weights of the linear skip term.
-        weights: MLP weight matrices (the last one ``[h, 1]``).
-        biases: hidden-layer biases.
-        cardinalities: per-field number of values :math:`C_f` (empty: no fields).
-        score_type: ``"logit"`` or ``"probability"`` (probabilities are mapped to logits,
-            clipped to machine epsilon).
-        scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of logit scores
-            (the knots refer to :math:`l\,2^{-k}`; the identity unless the working precision
-            could not hold the training logits, ``jaxcal.calibrators._scaling``).
-    """
-
-    knots: jax.Array
-    values: jax.Array
-    embeddings: jax.Array
-    linear: jax.Array
-    weights: tuple
-    biases: tuple
-    cardinalities: tuple = static_field(default=())
-    score_type: str = static_field(default="logit")
-    scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
-
-    @property
-    def offsets(self) -> jax.Array:
-        """Row offset of each field's table inside ``embeddings``."""
-        return jnp.asarray(np.concatenate([[0], np.cumsum(self.cardinalities)[:-1]]), jnp.int32)
-
-    def _checked(self, scores, fields):
-        if not isinstance(scores, jax.core.Tracer):
-            s = np.asarray(scores)
-            if not np.isfinite(s).all():
-                raise ValueError("scores contain non-finite values (NaN or inf).")
-            if self.score_type == "probability" and ((s < 0) | (s > 1)).any():
-                raise ValueError('scores must lie in [0, 1] for score_type="probability".')
-        if not self.cardinalities:
-            if fields is not None:
-                raise ValueError("this calibrator was fitted without fields; pass fields=None.")
-            return scores, None
-        if fields is None:
-            raise ValueError(
-                f"this calibrator was fitted with {len(self.cardinalities)} field(s): pass "
-                "fields=[n, F] integer ids."
-            )
-        if not isinstance(fields, jax.core.Tracer):
-            n = int(np.size(scores))
-            fields = _check_fields(fields, n, self.cardinalities)
-        return scores, fields
-
-    def _network(self):
-        return self.embeddings, self.offsets, self.linear, self.weights, self.biases
-
-    def _padded_parts(self):
-        """Host copies of the knots and embeddings padded to their bucket sizes (copies of
-        the last knot, zero rows: exact), so that predicting compiles once per bucket."""
-        knots, values = padded_knots(self.knots, self.values)
-        emb = np.asarray(self.embeddings)
-        if emb.shape[0]:
-            emb = _shapes.pad_axis(emb, _shapes.padded_size(emb.shape[0]))
-        return knots, values, (emb, *self._network()[1:])
-
-    def _apply(self, scores, fields, *, output: str) -> jax.Array:
-        """``output`` (``"eta"``, ``"logit"`` or ``"prob"``) at validated inputs: one jitted
-        program on rows padded to their bucket size, sliced back; tracers pass through."""
-        core = partial(
-            _predict_neural,
-            score_type=self.score_type,
-            output=output,
-            use_fields=fields is not None,
-        )
-        shape = np.shape(scores)  # the output keeps it
-        if _shapes.is_traced(scores, fields, self.knots, self.values, self._network()):
-            raw = jnp.asarray(scores).reshape(-1)
-            s = self.scaling.apply(raw)
-            out = core(s, fields, self.knots, self.values, *self._network())
-            # scores predict would refuse cannot raise inside a trace: NaN, never a number
-            ok = jnp.isfinite(raw)
-            if self.score_type == "probability":
-                ok = ok & (raw >= 0) & (raw <= 1)
-            return jnp.where(ok, out, jnp.nan).reshape(shape)
-        s = np.asarray(self.scaling.apply(scores)).reshape(-1)
-        n = s.shape[0]
-        if n == 0:
-            return jax.device_put(np.zeros(shape, jnp.result_type(float)))
-        size = _shapes.padded_size(n)
-        knots, values, network = self._padded_parts()
-        f = None if fields is None else _shapes.pad_axis(fields, size)  # id 0 is valid
-        out = core(_shapes.pad_axis(s, size, s[0]), f, knots, values, *network)
-        return _shapes.unpad(out, n, shape)
-
-    def eta(self, scores: ArrayLike) -> jax.Array:
-        r"""The score part :math:`\eta(l)` (a logit), any input shape."""
-        return self._apply(scores, None, output="eta")
-
-    def field_offset(self, fields: ArrayLike) -> jax.Array:
-        """The field part :math:`g(x)` for ``[n, F]`` fields."""
-        if _shapes.is_traced(fields, self._network()):
-            f = jnp.asarray(fields).reshape(-1, len(self.cardinalities))
-            return field_mlp(f, *self._network())
-        f = np.asarray(fields).reshape(-1, len(self.cardinalities))
-        n = f.shape[0]
-        size = _shapes.padded_size(n)
-        _, _, network = self._padded_parts()
-        out = _field_offset(_shapes.pad_axis(f, size), *network)
-        return _shapes.unpad(out, n)
-
-    def predict_logit(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
-        r""":math:`\eta(l) + g(x)` for ``[n]`` scores and ``[n, F]`` fields."""
-        scores, fields = self._checked(scores, fields)
-        return self._apply(scores, fields, output="logit")
-
-    def predict(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
-        """Calibrated probabilities ``sigmoid(eta(l) + g(x))``, in the shape of ``scores``
-        (any shape without fields; ``[n]`` with ``[n, F]`` fields)."""
-        scores, fields = self._checked(scores, fields)
-        return self._apply(scores, fields, output="prob")
-
-
-@partial(jit, static_argnames=("score_type", "output", "use_fields"))
-def _predict_neural(
-    scores,
-    fields,
-    knots,
-    values,
-    emb,
-    offsets,
-    linear,
-    weights,
-    biases,
-    *,
-    score_type,
-    output,
-    use_fields,
-):
-    z = piecewise_linear(to_logit(scores, score_type), knots, values)
-    if output != "eta" and use_fields:
-        z = z + field_mlp(fields, emb, offsets, linear, weights, biases)
-    return jax.nn.sigmoid(z) if output == "prob" else z
-
-
-@jit
-def _field_offset(fields, emb, offsets, linear, weights, biases):
-    return field_mlp(fields, emb, offsets, linear, weights, biases)
-
-
-# ------------------------------------------------------------------------- estimator
 
 
 def _positive_int(value, name, *, allow_none=False, minimum=1):
@@ -443,56 +255,33 @@ class NeuralCalibration:
         knots = np.unique(np.quantile(logits[keep], np.linspace(0, 1, self.n_knots)))
         if knots.shape[0] < 2:
             raise ValueError("scores are constant; a calibration map in the score needs spread.")
+        x, cards = None, ()
         if fields is not None:
-            x = _check_fields(fields, n, None)
-            seen = tuple(int(c) for c in x.max(axis=0) + 1)
-            if cardinalities is None:
-                cards = seen
-            else:
-                cards = tuple(int(c) for c in cardinalities)
-                if len(cards) != x.shape[1]:
-                    raise ValueError(
-                        f"cardinalities has {len(cards)} entries but fields has {x.shape[1]} "
-                        "columns."
-                    )
-                _check_fields(x, n, cards)
-        else:
-            x, cards = None, ()
-        key = jax.random.key(0) if key is None else key
-        key_impl = None  # a typed key travels as its raw data (an array of integers)
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key, key_impl = jax.random.key_data(key), str(jax.random.key_impl(key))
-        offsets = np.concatenate([[0], np.cumsum(cards)[:-1]]).astype(np.int32)[: len(cards)]
+            x, cards = fields_and_cardinalities(fields, n, cardinalities)
         # pad the rows (zero weight), the knots (copies of the last, up to n_knots) and the
         # embedding rows (never looked up) to sizes that do not depend on the data
         size = _shapes.padded_size(n)
         rows = _shapes.pad_rows(size, logits, data.targets, data.weights, fills=(logits[0], 0, 0))
         k = knots.shape[0]
-        n_rows = int(sum(cards))
-        params, values, _ = train(
+        params, values = self._train(
             *(jax.device_put(np.asarray(a, dtype)) for a in rows[:1]),
             None if x is None else jax.device_put(_shapes.pad_axis(x, size)),  # id 0 is valid
             *(jax.device_put(np.asarray(a, dtype)) for a in rows[1:]),
             n,
             jax.device_put(np.asarray(_shapes.pad_axis(knots, self.n_knots, knots[-1]), dtype)),
             k,
-            offsets,
-            *self._rates(np.asarray, dtype),
+            cards,
             key,
-            **self._train_options(x is not None, n_rows),
-            key_impl=key_impl,
+            rates=self._rates(np.asarray, dtype),
         )
         host = jax.device_get(params)
-        return FittedNeuralCalibration(
-            knots=jax.device_put(np.asarray(knots, dtype)),
-            values=jax.device_put(np.asarray(values)[:k]),
-            embeddings=jax.device_put(host["emb"][:n_rows]),
-            linear=params["linear"],
-            weights=tuple(params["weights"]),
-            biases=tuple(params["biases"]),
-            cardinalities=cards,
-            score_type=self.score_type,
-            scaling=scaling,
+        return self._fitted(
+            jax.device_put(np.asarray(knots, dtype)),
+            jax.device_put(np.asarray(values)[:k]),
+            jax.device_put(host["emb"][: sum(cards)]),
+            params,
+            cards,
+            scaling,
         )
 
     def fit_pure(
@@ -545,19 +334,13 @@ class NeuralCalibration:
         knots, k = quantile_knots(logits, data.weights, int(self.n_knots))
         invalid = invalid | (k < 2)
         if fields is not None:
-            x, cards, bad_fields = _fields_pure(fields, n, cardinalities)
+            x, cards, bad_fields = fields_pure(fields, n, cardinalities)
             invalid = invalid | bad_fields
         else:
             x, cards = None, ()
-        key = jax.random.key(0) if key is None else key
-        key_impl = None
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key, key_impl = jax.random.key_data(key), str(jax.random.key_impl(key))
-        offsets = np.concatenate([[0], np.cumsum(cards)[:-1]]).astype(np.int32)[: len(cards)]
         size = _shapes.padded_size(n)  # the shapes of fit: the same numbers
         pad = partial(jnp.pad, pad_width=(0, size - n))
-        n_rows = int(sum(cards))
-        params, values, _ = train(
+        params, values = self._train(
             jnp.concatenate([logits, jnp.broadcast_to(logits[0], (size - n,))]),
             None if x is None else jnp.pad(x, ((0, size - n), (0, 0))),  # id 0 is valid
             pad(data.targets),
@@ -565,63 +348,50 @@ class NeuralCalibration:
             n,
             knots,
             k,
-            offsets,
-            *self._rates(jnp.asarray, dtype),
+            cards,
             key,
-            **self._train_options(x is not None, n_rows),
-            key_impl=key_impl,
+            rates=self._rates(jnp.asarray, dtype),
             eps_root=float(jnp.finfo(dtype).tiny),
         )
-        fitted = FittedNeuralCalibration(
+        fitted = self._fitted(
+            knots, values, params["emb"][: sum(cards)], params, cards, pure_identity_scaling(dtype)
+        )
+        return poison(fitted, invalid)
+
+    def _train(self, logits, fields, targets, weights, n, knots, k, cards, key, *, rates, **extra):
+        """The training program (``_neural_core.train``) on rows padded past the ``n`` real
+        ones and knots past the ``k`` real ones, ``key`` None meaning ``jax.random.key(0)``:
+        ``(params, values)``."""
+        key, key_impl = key_parts(jax.random.key(0) if key is None else key)
+        params, values, _ = train(
+            logits,
+            fields,
+            targets,
+            weights,
+            n,
+            knots,
+            k,
+            table_offsets(cards),
+            *rates,
+            key,
+            **self._train_options(fields is not None, int(sum(cards))),
+            key_impl=key_impl,
+            **extra,
+        )
+        return params, values
+
+    def _fitted(self, knots, values, embeddings, params, cards, scaling) -> FittedNeuralCalibration:
+        return FittedNeuralCalibration(
             knots=knots,
             values=values,
-            embeddings=params["emb"][:n_rows],
+            embeddings=embeddings,
             linear=params["linear"],
             weights=tuple(params["weights"]),
             biases=tuple(params["biases"]),
             cardinalities=cards,
             score_type=self.score_type,
-            scaling=pure_identity_scaling(dtype),
+            scaling=scaling,
         )
-        return poison(fitted, invalid)
-
-
-def _fields_pure(fields, n: int, cardinalities) -> tuple[jax.Array, tuple[int, ...], jax.Array]:
-    """Fields for the pure fit: ``([n, F] int32 ids, cardinalities, invalid)``. Concrete
-    fields are checked eagerly (and give the cardinalities, as in ``fit``); traced fields
-    need ``cardinalities`` (the embedding tables' shapes), and ids outside them make the
-    fit invalid (NaN)."""
-    if not _shapes.is_traced(fields):
-        x = _check_fields(fields, n, None)
-        if cardinalities is None:
-            cards = tuple(int(c) for c in x.max(axis=0) + 1)
-        else:
-            cards = tuple(int(c) for c in cardinalities)
-            if len(cards) != x.shape[1]:
-                raise ValueError(
-                    f"cardinalities has {len(cards)} entries but fields has {x.shape[1]} columns."
-                )
-            _check_fields(x, n, cards)
-        return jnp.asarray(x), cards, jnp.zeros((), bool)
-    x = jnp.asarray(fields)
-    if x.ndim == 1:
-        x = x[:, None]
-    if x.ndim != 2 or x.shape[0] != n or not jnp.issubdtype(x.dtype, jnp.integer):
-        raise ValueError(
-            f"fields must be an integer array [{n}, F]; got {x.dtype} of shape {x.shape}."
-        )
-    if cardinalities is None:
-        raise ValueError(
-            "traced fields need cardinalities= (the sizes of the embedding tables are part "
-            "of the program's shapes): pass the per-field number of values."
-        )
-    cards = tuple(int(c) for c in cardinalities)
-    if len(cards) != x.shape[1]:
-        raise ValueError(
-            f"cardinalities has {len(cards)} entries but fields has {x.shape[1]} columns."
-        )
-    invalid = jnp.any((x < 0) | (x >= jnp.asarray(cards, x.dtype)))
-    return jnp.clip(x, 0, jnp.asarray(cards, x.dtype) - 1).astype(jnp.int32), cards, invalid
 
 
 def objective(
@@ -641,7 +411,7 @@ def objective(
     n = s.shape[0]
     size = _shapes.padded_size(n)  # padding: see _objective_core
     rows = _shapes.pad_rows(size, s, data.targets, data.weights, fills=(s[0], 0, 0))
-    x = None if fields is None else _shapes.pad_axis(_check_fields(fields, n, None), size)
+    x = None if fields is None else _shapes.pad_axis(check_fields(fields, n, None), size)
     knots, values, (emb, offsets, linear, weights, biases) = fitted._padded_parts()
     params = {"u": values, "emb": emb, "linear": linear, "weights": weights, "biases": biases}
     dtype = jnp.result_type(float)

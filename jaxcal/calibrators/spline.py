@@ -31,7 +31,7 @@ solved exactly in one batched, compiled Newton solve, then the model is refitted
 rows at the chosen :math:`\lambda`.
 
 ``monotone=True`` constrains the B-spline coefficients of :math:`f` to be non-decreasing
-(``jaxcal.calibrators._spline_core``): then :math:`f` is non-decreasing everywhere. This is
+(``jaxcal.calibrators._spline_basis``): then :math:`f` is non-decreasing everywhere. This is
 a *sufficient* condition (a linear inequality per coefficient pair), so the constrained fit
 is the exact optimum over that convex set (projected Newton, KKT conditions checked in the
 tests), which contains every fit whose coefficients are already ordered but not every
@@ -76,11 +76,11 @@ from jaxcal.calibrators._scaling import (
     identity_scaling,
     pure_identity_scaling,
 )
+from jaxcal.calibrators._spline_basis import spline_logit
 from jaxcal.calibrators._spline_core import (
     SplineStatus,
     fit_spline_cv_differentiable,
     fit_spline_cv_jit,
-    spline_logit,
 )
 from jaxcal.fitting.solver import ConvergenceWarning
 

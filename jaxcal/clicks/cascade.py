@@ -11,13 +11,11 @@ replace the 0 by a small constant: pass ``eps`` to the metrics if you must score
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import ClickModel, ClickModelFit
 from jaxcal.clicks._chain import forward, marginal
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._stats import by_pair, session_weights
 
 __all__ = ["CascadeModel", "FittedCascadeModel", "first_click_or_end"]
@@ -51,18 +49,11 @@ def _marginal(params, qd, clicks, mask):
     return marginal(a, jnp.zeros_like(a), jnp.ones_like(a))
 
 
-@pytree_dataclass
+@fitted_model("CM", _conditional, _marginal)
 class FittedCascadeModel(ClickModelFit):
     """Fitted cascade model: ``params["alpha"]`` (``[P + 1]``)."""
 
-    model_name = "CM"
-    _conditional_fn = staticmethod(_conditional)
-    _marginal_fn = staticmethod(_marginal)
 
-
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedCascadeModel, _stats)
 class CascadeModel(ClickModel):
     """Cascade model, closed-form MLE (see the module docstring)."""
-
-    fitted_cls = FittedCascadeModel
-    _stats = staticmethod(_stats)

@@ -37,7 +37,7 @@ from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
 from jaxcal.clicks._em import rank_major
-from jaxcal.clicks._stats import chain_loglik, pair_sums
+from jaxcal.clicks._stats import pair_sums
 
 __all__ = ["CCM", "FittedCCM", "ccm_posteriors", "ccm_posteriors_rank_major", "ccm_stats"]
 
@@ -46,6 +46,44 @@ def _chain_params(alpha, tau, mask):
     a = jnp.where(mask, alpha, 0.0)
     kappa = (1.0 - a) * tau[1] + a * tau[2]
     return a, kappa, jnp.broadcast_to(tau[0], a.shape)
+
+
+def _rank_step(tau, eps, a_r, c_r, xn, above, nxt):
+    """One rank of the forward recursion on ``[S]`` rows: ``eps_{r+1}`` and the
+    posteriors of rank ``r``, ``(p_attr, p_rel, cond, tau1_num, tau2_num, tau3_num,
+    tau1_den, tau2_den, tau3_den)``, from ``eps_r``, the attractiveness, the clicks,
+    ``X_{r+1}`` (``xn``), whether a click lies below (``above``) and whether rank ``r + 1``
+    exists (``nxt``)."""
+    t1, t2, t3 = tau[0], tau[1], tau[2]
+    x_r = a_r + (1.0 - a_r) * t1 * xn
+    kappa = (1.0 - a_r) * t2 + a_r * t3
+    inv_below = posterior_ratio(1.0, 1.0 - eps * x_r)
+    inv_z = posterior_ratio(1.0, 1.0 - kappa * xn)
+    r_above = posterior_ratio(a_r * t3, a_r * t3 + (1.0 - a_r) * t2)
+    p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
+    p_rel = jnp.where(c_r, jnp.where(above, r_above, a_r * (1.0 - t3 * xn) * inv_z), 0.0)
+    skip = ~c_r & nxt
+    click = c_r & nxt
+    eb = eps * (1.0 - a_r) * inv_below
+    t1n = jnp.where(skip, jnp.where(above, 1.0, eb * t1 * (1.0 - xn)), 0.0)
+    t1d = jnp.where(skip, jnp.where(above, 1.0, eb * (1.0 - t1 * xn)), 0.0)
+    last = (1.0 - a_r) * inv_z  # not relevant, at the last click
+    t2n = jnp.where(click, jnp.where(above, 1.0 - r_above, last * t2 * (1.0 - xn)), 0.0)
+    t2d = jnp.where(click, jnp.where(above, 1.0 - r_above, last * (1.0 - t2 * xn)), 0.0)
+    rel = a_r * inv_z  # relevant, at the last click
+    t3n = jnp.where(click, jnp.where(above, r_above, rel * t3 * (1.0 - xn)), 0.0)
+    t3d = jnp.where(click, jnp.where(above, r_above, rel * (1.0 - t3 * xn)), 0.0)
+    eps_next = jnp.where(c_r, kappa, posterior_ratio(eps * (1.0 - a_r) * t1, 1.0 - a_r * eps))
+    return eps_next, (p_attr, p_rel, a_r * eps, t1n, t2n, t3n, t1d, t2d, t3d)
+
+
+def _backward(a, tau, clicks, mask):
+    """The forward scan's inputs besides ``a``: the clicks (bool), ``X_{r+1}``, "a click
+    below rank r" and whether rank ``r + 1`` exists, all ``[n, S]``."""
+    c = clicks > 0
+    has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
+    x_next, later = backward_rank_major(a, tau[0], c)  # X_{r+1}; any click at ranks > r
+    return c, x_next, later, has_next
 
 
 def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
@@ -65,36 +103,8 @@ def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
         dict of ``[n, S]`` arrays: ``p_attr``, ``p_rel``, ``cond`` and ``tau{k}_num`` /
         ``tau{k}_den`` for ``k = 1, 2, 3``.
     """
-    t1, t2, t3 = tau[0], tau[1], tau[2]
-    c = clicks > 0
-    has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
-
-    x_next, later = backward_rank_major(a, t1, c)  # X_{r+1}; any click at ranks > r
-
-    def fwd(eps, xs):
-        a_r, c_r, xn, above, nxt = xs
-        x_r = a_r + (1.0 - a_r) * t1 * xn
-        kappa = (1.0 - a_r) * t2 + a_r * t3
-        inv_below = posterior_ratio(1.0, 1.0 - eps * x_r)
-        inv_z = posterior_ratio(1.0, 1.0 - kappa * xn)
-        r_above = posterior_ratio(a_r * t3, a_r * t3 + (1.0 - a_r) * t2)
-        p_attr = jnp.where(c_r, 1.0, jnp.where(above, 0.0, a_r * (1.0 - eps) * inv_below))
-        p_rel = jnp.where(c_r, jnp.where(above, r_above, a_r * (1.0 - t3 * xn) * inv_z), 0.0)
-        skip = ~c_r & nxt
-        click = c_r & nxt
-        eb = eps * (1.0 - a_r) * inv_below
-        t1n = jnp.where(skip, jnp.where(above, 1.0, eb * t1 * (1.0 - xn)), 0.0)
-        t1d = jnp.where(skip, jnp.where(above, 1.0, eb * (1.0 - t1 * xn)), 0.0)
-        last = (1.0 - a_r) * inv_z  # not relevant, at the last click
-        t2n = jnp.where(click, jnp.where(above, 1.0 - r_above, last * t2 * (1.0 - xn)), 0.0)
-        t2d = jnp.where(click, jnp.where(above, 1.0 - r_above, last * (1.0 - t2 * xn)), 0.0)
-        rel = a_r * inv_z  # relevant, at the last click
-        t3n = jnp.where(click, jnp.where(above, r_above, rel * t3 * (1.0 - xn)), 0.0)
-        t3d = jnp.where(click, jnp.where(above, r_above, rel * (1.0 - t3 * xn)), 0.0)
-        eps_next = jnp.where(c_r, kappa, posterior_ratio(eps * (1.0 - a_r) * t1, 1.0 - a_r * eps))
-        return eps_next, (p_attr, p_rel, a_r * eps, t1n, t2n, t3n, t1d, t2d, t3d)
-
-    _, out = jax.lax.scan(fwd, jnp.ones_like(a[0]), (a, c, x_next, later, has_next))
+    xs = (a, *_backward(a, tau, clicks, mask))
+    _, out = jax.lax.scan(lambda eps, x: _rank_step(tau, eps, *x), jnp.ones_like(a[0]), xs)
     keys = ("p_attr", "p_rel", "cond", "tau1_num", "tau2_num", "tau3_num")
     keys += ("tau1_den", "tau2_den", "tau3_den")
     return dict(zip(keys, out, strict=True))
@@ -119,20 +129,32 @@ def ccm_posteriors(alpha, tau, clicks, mask):
 
 
 def ccm_stats(params, batch):
-    """CCM E-step: ``({"alpha", "tau": (num, den)}, loglik)`` on the rank-major log."""
+    """CCM E-step: ``({"alpha", "tau": (num, den)}, loglik)`` on the rank-major log.
+
+    The posteriors of :func:`ccm_posteriors_rank_major`, summed as they are made: each step
+    of the forward scan emits its rank's weighted sums of the transition posteriors and of
+    the log-likelihood, and per entry only the attractiveness evidence (summed by pair), so
+    that no ``[n, S]`` array of posteriors is written and read back (10-20% less time per
+    EM iteration on CPU at 1e5 sessions). The same sums up to the order of float additions."""
     qd, clicks, mask = rank_major(batch)
     a = jnp.where(mask, params["alpha"][qd], 0.0)
-    post = ccm_posteriors_rank_major(a, params["tau"], clicks, mask)
+    tau = params["tau"]
     w = jnp.where(mask, batch.weight[None, :], 0.0)
     wc = w * clicks
-    rows = [w * post["p_attr"] + wc * post["p_rel"], w + wc]
-    sums = pair_sums(rows, qd, params["alpha"].shape[0])
-    tau_sum = [jnp.sum(w * post[f"tau{k}_{part}"]) for part in ("num", "den") for k in (1, 2, 3)]
-    stats = {
-        "alpha": (sums[:, 0], sums[:, 1]),
-        "tau": (jnp.stack(tau_sum[:3]), jnp.stack(tau_sum[3:])),
-    }
-    return stats, chain_loglik(w, post["cond"], clicks, mask)
+
+    def fwd(eps, xs):
+        a_r, c_r, xn, above, nxt, m_r, w_r, wc_r = xs
+        eps, (p_attr, p_rel, cond, *trans) = _rank_step(tau, eps, a_r, c_r, xn, above, nxt)
+        q = jnp.where(c_r, cond, jnp.where(m_r, 1.0 - cond, 1.0))  # as chain_loglik
+        # one reduction per sum: a stacked [7, S] array makes the step twice as slow
+        sums = jnp.stack([jnp.sum(w_r * v) for v in (*trans, jnp.log(q))])
+        return eps, (w_r * p_attr + wc_r * p_rel, sums)
+
+    xs = (a, *_backward(a, tau, clicks, mask), mask, w, wc)
+    _, (evidence, sums) = jax.lax.scan(fwd, jnp.ones_like(a[0]), xs)
+    counts = pair_sums([evidence, w + wc], qd, params["alpha"].shape[0])
+    total = jnp.sum(sums, axis=0)  # 3 numerators, 3 denominators, the log-likelihood
+    return {"alpha": (counts[:, 0], counts[:, 1]), "tau": (total[:3], total[3:6])}, total[6]
 
 
 def _conditional(params, qd, clicks, mask):

@@ -8,12 +8,10 @@ three predict the same probability with or without the clicks above (no dependen
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import RANKS, ClickModel, ClickModelFit
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
 __all__ = ["GCTR", "RCTR", "DCTR", "FittedGCTR", "FittedRCTR", "FittedDCTR"]
@@ -47,33 +45,26 @@ def _dctr_probs(params, qd, clicks, mask):
     return params["alpha"][qd]
 
 
-@pytree_dataclass
+@fitted_model("GCTR", _gctr_probs)
 class FittedGCTR(ClickModelFit):
     """Fitted global CTR: ``params["rho"]`` (scalar)."""
 
-    model_name = "GCTR"
     param_shapes = {"rho": ()}
-    _conditional_fn = _marginal_fn = staticmethod(_gctr_probs)
 
 
-@pytree_dataclass
+@fitted_model("RCTR", _rctr_probs)
 class FittedRCTR(ClickModelFit):
     """Fitted rank CTR: ``params["rho"]`` (``[n]``)."""
 
-    model_name = "RCTR"
     param_shapes = {"rho": (RANKS,)}
-    _conditional_fn = _marginal_fn = staticmethod(_rctr_probs)
 
 
-@pytree_dataclass
+@fitted_model("DCTR", _dctr_probs)
 class FittedDCTR(ClickModelFit):
     """Fitted document CTR: ``params["alpha"]`` (``[P + 1]``)."""
 
-    model_name = "DCTR"
-    _conditional_fn = _marginal_fn = staticmethod(_dctr_probs)
 
-
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedGCTR, _gctr_stats)
 class GCTR(ClickModel):
     """Global CTR: one click probability for every result.
 
@@ -84,21 +75,12 @@ class GCTR(ClickModel):
         0.333...
     """
 
-    fitted_cls = FittedGCTR
-    _stats = staticmethod(_gctr_stats)
 
-
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedRCTR, _rctr_stats)
 class RCTR(ClickModel):
     """Rank CTR: ``rho_r = (a + clicks at r) / (b + impressions at r)``."""
 
-    fitted_cls = FittedRCTR
-    _stats = staticmethod(_rctr_stats)
 
-
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedDCTR, _dctr_stats)
 class DCTR(ClickModel):
     """Document CTR: ``alpha_qd = (a + clicks on (q, d)) / (b + impressions of (q, d))``."""
-
-    fitted_cls = FittedDCTR
-    _stats = staticmethod(_dctr_stats)

@@ -28,14 +28,12 @@ which is exact for ``gamma = 1``), ``sigma = (a + last clicks) / (b + clicks)``.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import by_pair, chain_loglik, pair_sums, session_weights
 from jaxcal.clicks.dcm import last_click_or_end
@@ -182,40 +180,25 @@ def _sdbn_stats(template, batch):
     }
 
 
-@pytree_dataclass
+@fitted_model("DBN", _dbn_conditional, _dbn_marginal, continuation=_dbn_continuation)
 class FittedDBN(ClickModelFit):
     """Fitted DBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``), ``params["gamma"]``."""
 
-    model_name = "DBN"
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,), "gamma": ()}
-    _conditional_fn = staticmethod(_dbn_conditional)
-    _marginal_fn = staticmethod(_dbn_marginal)
-    _continuation_fn = staticmethod(_dbn_continuation)
 
 
-@pytree_dataclass
+@fitted_model("SDBN", _sdbn_conditional, _sdbn_marginal, continuation=_sdbn_continuation)
 class FittedSDBN(ClickModelFit):
     """Fitted SDBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``)."""
 
-    model_name = "SDBN"
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,)}
-    _conditional_fn = staticmethod(_sdbn_conditional)
-    _marginal_fn = staticmethod(_sdbn_marginal)
-    _continuation_fn = staticmethod(_sdbn_continuation)
 
 
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedDBN, dbn_stats, em=True)
 class DBN(ClickModel):
     """Dynamic Bayesian network click model fitted by exact EM (module docstring)."""
 
-    fitted_cls = FittedDBN
-    uses_em = True
-    _stats = staticmethod(dbn_stats)
 
-
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedSDBN, _sdbn_stats)
 class SDBN(ClickModel):
     """Simplified DBN (``gamma = 1``), closed-form MLE (module docstring)."""
-
-    fitted_cls = FittedSDBN
-    _stats = staticmethod(_sdbn_stats)

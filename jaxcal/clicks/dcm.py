@@ -15,13 +15,11 @@ lambda_r``, ``nu = 1``).
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import forward, last_click, marginal
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
 __all__ = ["DCM", "FittedDCM", "last_click_or_end"]
@@ -62,19 +60,13 @@ def _marginal(params, qd, clicks, mask):
     return marginal(a, lam, jnp.ones_like(a))
 
 
-@pytree_dataclass
+@fitted_model("DCM", _conditional, _marginal)
 class FittedDCM(ClickModelFit):
     """Fitted DCM: ``params["alpha"]`` (``[P + 1]``), ``params["lambda"]`` (``[n]``)."""
 
-    model_name = "DCM"
     param_shapes = {"alpha": (PAIRS,), "lambda": (RANKS,)}
-    _conditional_fn = staticmethod(_conditional)
-    _marginal_fn = staticmethod(_marginal)
 
 
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedDCM, _stats)
 class DCM(ClickModel):
     """Dependent click model, closed-form MLE (see the module docstring)."""
-
-    fitted_cls = FittedDCM
-    _stats = staticmethod(_stats)

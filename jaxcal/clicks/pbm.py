@@ -14,13 +14,11 @@ alpha gamma_r``.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import bernoulli_loglik, safe_div
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._stats import by_pair, by_rank, session_weights
 
 __all__ = ["PBM", "FittedPBM", "examination_posteriors", "pbm_stats"]
@@ -59,16 +57,14 @@ def pbm_stats(params, batch):
     return stats, ll
 
 
-@pytree_dataclass
+@fitted_model("PBM", _probs)
 class FittedPBM(ClickModelFit):
     """Fitted PBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n]``)."""
 
-    model_name = "PBM"
     param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS,)}
-    _conditional_fn = _marginal_fn = staticmethod(_probs)
 
 
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedPBM, pbm_stats, em=True)
 class PBM(ClickModel):
     """Position-based model fitted by exact EM (see the module docstring).
 
@@ -80,7 +76,3 @@ class PBM(ClickModel):
         >>> fitted.predict_marginal(log).shape  # [sessions, ranks]
         (1000, 10)
     """
-
-    fitted_cls = FittedPBM
-    uses_em = True
-    _stats = staticmethod(pbm_stats)

@@ -17,13 +17,11 @@ Marginal (clicks above summed out), with ``P(C_0 = 1) := 1`` standing for "no cl
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, RANKS, ClickModel, ClickModelFit
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._stats import by_pair, session_weights
 from jaxcal.clicks.pbm import examination_posteriors
 
@@ -87,20 +85,13 @@ def ubm_stats(params, batch):
     return stats, ll
 
 
-@pytree_dataclass
+@fitted_model("UBM", _conditional, _marginal)
 class FittedUBM(ClickModelFit):
     """Fitted UBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n, n]``)."""
 
-    model_name = "UBM"
     param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS, RANKS)}
-    _conditional_fn = staticmethod(_conditional)
-    _marginal_fn = staticmethod(_marginal)
 
 
-@dataclasses.dataclass(frozen=True)
+@estimator(FittedUBM, ubm_stats, em=True)
 class UBM(ClickModel):
     """User browsing model fitted by exact EM (see the module docstring)."""
-
-    fitted_cls = FittedUBM
-    uses_em = True
-    _stats = staticmethod(ubm_stats)

@@ -12,6 +12,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         # simulators (jaxcal/data/synthetic.py)
         "simulate_preferences": "jaxcal.data.synthetic",
         "SyntheticData": "jaxcal.data.synthetic",
+        "simulate_segments": "jaxcal.data.segments",
+        "SegmentData": "jaxcal.data.segments",
         # real data (jaxcal/data/coat.py, yahoo.py, triples.py, preprocessing.py)
         "load_coat": "jaxcal.data.coat",
         "fetch_coat": "jaxcal.data.coat",

@@ -11,6 +11,8 @@ from jax.typing import ArrayLike
 
 __all__ = ["Interactions", "as_matrix", "load_triples"]
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 class Interactions(NamedTuple):
     """Observed (user, item, rating) triples with 0-based ids: the one interaction type of
@@ -76,13 +78,17 @@ class Interactions(NamedTuple):
         for ids, n, name in ((u, n_users, "user"), (i, n_items, "item")):
             if ids.size and ids.max() >= n:
                 raise ValueError(f"{name} id {int(ids.max())} out of range for n_{name}s={n}.")
-        key = u * max(n_items, 1) + i
-        uniq, counts = np.unique(key, return_counts=True)
+        if n_users * max(n_items, 1) < 2**63:  # one int64 key per pair (Python ints: exact)
+            key = u * max(n_items, 1) + i
+            uniq, counts = np.unique(key, return_counts=True)
+            pairs = np.stack([uniq // max(n_items, 1), uniq % max(n_items, 1)], axis=1)
+        else:  # a matrix too large for such a key: the pairs themselves
+            pairs, counts = np.unique(np.stack([u, i], axis=1), axis=0, return_counts=True)
         if (counts > 1).any():
-            k = int(uniq[np.argmax(counts > 1)])
+            k = int(np.argmax(counts > 1))
             raise ValueError(
-                f"(user, item) pair ({k // n_items}, {k % n_items}) occurs {int(counts.max())} "
-                "times; each pair may be listed once."
+                f"(user, item) pair ({int(pairs[k, 0])}, {int(pairs[k, 1])}) occurs "
+                f"{int(counts.max())} times; each pair may be listed once."
             )
         return cls(u, i, r, n_users, n_items)
 
@@ -206,16 +212,38 @@ def load_triples(
         The triples, in file order.
 
     Raises:
-        ValueError: missing file, a line with fewer than 3 fields or non-integer fields
-            (the message gives the line number), ids below the base, ids out of range, or
-            duplicate pairs.
+        ValueError: missing file, a line that is not UTF-8 text, has fewer than 3 fields,
+            non-integer fields or integers beyond int64 (each naming the file and the line),
+            ids below the base, ids out of range, or duplicate pairs.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> from jaxcal.data import load_triples
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "u.data"
+        >>> _ = path.write_text("1 1 5\\n1 2 3\\n2 1 4\\n")
+        >>> load_triples(path, one_based=True).to_dense()
+        array([[5, 3],
+               [4, 0]])
+        >>> _ = path.write_bytes(b"1 1 5\\n\\xff\\xfe 2 3\\n")
+        >>> load_triples(path)
+        Traceback (most recent call last):
+        ...
+        ValueError: .../u.data, line 2: not UTF-8 text (byte 0xff at column 1); ...
     """
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"triples file {p} does not exist.")
     rows: list[tuple[int, int, int]] = []
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(p, "rb") as fh:  # decoded line by line, so that an error names its line
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{p}, line {lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                    f"column {exc.start + 1}); a triples file holds lines of 'user item "
+                    "rating' integers."
+                ) from None
             text = line.strip()
             if not text or (comment and text.startswith(comment)):
                 continue
@@ -231,6 +259,11 @@ def load_triples(
                     f"{p}, line {lineno}: user, item and rating must be integers; "
                     f"got {text[:80]!r}."
                 ) from None
+            if not all(_INT64_MIN <= v <= _INT64_MAX for v in (u, i, r)):
+                raise ValueError(
+                    f"{p}, line {lineno}: user, item and rating must fit in int64 "
+                    f"([-2**63, 2**63 - 1]); got {text[:80]!r}."
+                )
             rows.append((u, i, r))
     if not rows:
         raise ValueError(f"triples file {p} holds no (user, item, rating) lines.")

@@ -27,6 +27,13 @@ from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available, pav_fitted_cpu, pav_runs_cpu
 from jaxcal._validation import check_groups, check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights_host
+from jaxcal.fitting._isotonic_eager import (
+    bound,
+    interpolate_zero_weight,
+    kernel_inputs,
+    order_keys,
+    pad_top,
+)
 from jaxcal.fitting.pav import pav, pav_differentiable
 
 __all__ = [
@@ -41,18 +48,6 @@ __all__ = [
     "eager_kernel",
     "is_float32",
 ]
-
-
-def _pad_top(x, y, w, group, size: int, increasing: bool):
-    """Pad to ``size`` with zero-weight copies of the top score (the largest, or the smallest
-    for a decreasing fit): exact, since a zero-weight point tied with the top run changes no
-    run sum and no run count. Host-side (NumPy)."""
-    top = int(np.argmax(x) if increasing else np.argmin(x))
-    # the last id keeps contiguous groups contiguous (the kernel then skips its group sort)
-    fills = [x[top], 0.0, 0.0] + ([] if group is None else [group[-1]])
-    arrays = [x, y, w] + ([] if group is None else [group])
-    out = _shapes.pad_rows(size, *arrays, fills=fills)
-    return (*out[:3], None if group is None else out[3])
 
 
 def _check_bounds(y_min, y_max) -> None:
@@ -103,6 +98,15 @@ def _pav_fitted(x, y, w, group, increasing, lo, hi, *, has_group: bool, kernel: 
         return pav_differentiable(u, y, w, g, lo, hi).fitted
 
     return _pav_or_kernel(kernel, pav_fitted_cpu, portable, u, y, w, g, lo, hi)
+
+
+@functools.partial(jit, static_argnames=("has_group",), kernel_call=True)
+def _pav_fitted_kernel(u, y, w, group, lo, hi, *, has_group: bool):
+    """``_pav_fitted`` of an eager call on a CPU with the kernel, on the inputs that
+    ``jaxcal.fitting._isotonic_eager.kernel_inputs`` makes (oriented scores ``u``, weights
+    normalised on the host): the program is the kernel's call alone, no pass of XLA's."""
+    g = group if has_group else None
+    return pav_fitted_cpu(u, y, w, g, lo, hi, normalized=True)
 
 
 @functools.partial(jit, static_argnames=("kernel",))
@@ -199,33 +203,42 @@ def isotonic_regression(
     y = check_scores(y, name="y")
     if y.shape[0] != n:
         raise ValueError(f"length mismatch: {n} x values but {y.shape[0]} y values.")
-    # normalised on the host too: a cast to float32 (x64 off) would flush or overflow them
-    w = normalize_weights_host(check_sample_weight(sample_weight, n))
+    w = None  # unit weights, written into the kernel's input without a pass of their own
+    if sample_weight is not None:  # normalised on the host: a cast to float32 would flush them
+        w = normalize_weights_host(check_sample_weight(sample_weight, n))
     if group is not None:
         group = check_groups(group, n)
     dtype = jnp.result_type(float)
     x_in, w_in, group_in = x, w, group
-    ranks = _order_keys(x, dtype)
+    ranks = order_keys(x, dtype)
     if ranks is not None:  # the cast would merge or overflow distinct scores
         x = ranks
     size = _shapes.padded_size(n)
-    x, y, w, group = _pad_top(x, y, w, group, size, bool(increasing))
-    lo, hi = (_bound(v, fill, n, size, dtype) for v, fill in ((y_min, -np.inf), (y_max, np.inf)))
+    lo, hi = (bound(v, fill, n, size, dtype) for v, fill in ((y_min, -np.inf), (y_max, np.inf)))
     has_group = group is not None
-    out = _pav_fitted(
-        *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),
-        jax.device_put(group) if has_group else np.zeros((), np.int32),
-        np.asarray(bool(increasing)),
-        lo,
-        hi,
-        has_group=has_group,
-        kernel=eager_kernel(native),
-    )
+    no_group = np.zeros((), np.int32)
+    if eager_kernel(native) == "cpu":
+        u, y, w, group = kernel_inputs(x, y, w, group, size, bool(increasing), dtype)
+        out = _pav_fitted_kernel(
+            u, y, w, no_group if group is None else group, lo, hi, has_group=has_group
+        )
+    else:
+        w = np.ones(n) if w is None else w
+        x, y, w, group = pad_top(x, y, w, group, size, bool(increasing))
+        out = _pav_fitted(
+            *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),
+            jax.device_put(group) if has_group else no_group,
+            np.asarray(bool(increasing)),
+            lo,
+            hi,
+            has_group=has_group,
+            kernel="portable",
+        )
     host = np.asarray(out)[:n]  # sliced (and cast) on the host: no program per size
-    if ranks is not None:
+    if ranks is not None and w_in is not None:
         zero = w_in < np.finfo(dtype).tiny  # what the PAV treats as zero weight
         if zero.any():
-            host = _interpolate_zero_weight(x_in, host, zero, group_in).astype(host.dtype)
+            host = interpolate_zero_weight(x_in, host, zero, group_in).astype(host.dtype)
     return jax.device_put(host.astype(np.float32) if float32_in else host)
 
 
@@ -272,67 +285,9 @@ def isotonic_regression_in_program(
     return _traced_fit(x, y, sample_weight, group, increasing, y_min, y_max, kernel)
 
 
-def _order_keys(x: np.ndarray, dtype) -> np.ndarray | None:
-    """Dense ranks of ``x`` (float64) if the cast to ``dtype`` would merge distinct values
-    of ``x`` or overflow them (float64 scores closer than float32's spacing, or beyond its
-    range); ``None`` if the cast keeps every distinct value distinct and in order. The
-    isotonic fit depends on the order of ``x`` only, so ranks give it exactly (up to
-    ``2**24`` distinct scores in float32). One ``np.unique``, only when the cast is inexact."""
-    if np.dtype(dtype) == np.float64:
-        return None
-    with np.errstate(over="ignore"):
-        if np.array_equal(x.astype(dtype), x):
-            return None
-        u, inv = np.unique(x, return_inverse=True)
-        cu = u.astype(dtype)
-    if np.all(np.isfinite(cu)) and np.all(cu[1:] > cu[:-1]):
-        return None
-    return inv.reshape(-1).astype(np.float64)
-
-
-def _interpolate_zero_weight(x, fitted, zero, group):
-    """Fitted values of zero-weight points after a fit on ranks: the map's value at their
-    score, in float64 (linear between the nearest points with weight in their group, by
-    score; constant beyond them; 0 in a group without weight), as the PAV paths give it."""
-    n = x.shape[0]
-    g = np.zeros(n, np.int64) if group is None else group
-    order = np.lexsort((x, g))
-    xs, gs, fs, zs = x[order], g[order], fitted[order].astype(np.float64), zero[order]
-    idx = np.arange(n)
-    prev = np.maximum.accumulate(np.where(zs, -1, idx))
-    nxt = np.minimum.accumulate(np.where(zs, n, idx)[::-1])[::-1]
-    p, q = np.maximum(prev, 0), np.minimum(nxt, n - 1)
-    has_p = (prev >= 0) & (gs[p] == gs)
-    has_q = (nxt < n) & (gs[q] == gs)
-    x0, x1, f0, f1 = xs[p], xs[q], fs[p], fs[q]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # halved: differences of scores near the float64 limit do not overflow
-        frac = (xs / 2 - x0 / 2) / (x1 / 2 - x0 / 2)
-        inner = np.where(x1 > x0, f0 + frac * (f1 - f0), f0)
-    inner = np.where(xs == x1, f1, np.where(xs == x0, f0, inner))
-    value = np.where(has_p & has_q, inner, np.where(has_p, f0, np.where(has_q, f1, 0.0)))
-    out = fitted.astype(np.float64)
-    out[order[zs]] = value[zs]
-    return out
-
-
 def is_float32(a) -> bool:
     """Whether an input array (NumPy, JAX or a tracer) is float32; lists are not."""
     return getattr(a, "dtype", None) == np.float32
-
-
-def _bound(v, default: float, n: int, size: int, dtype):
-    """A clipping bound for the padded eager call: a scalar of ``dtype``, a per-point bound
-    padded to ``size`` (its last value), or a tracer passed through."""
-    if v is None:
-        return np.asarray(default, dtype)
-    if _shapes.is_traced(v):
-        return v
-    arr = np.asarray(v, dtype)
-    if arr.ndim == 0:
-        return arr
-    arr = np.broadcast_to(arr, (n,))
-    return _shapes.pad_axis(arr, size, arr[-1])
 
 
 def deprecated_centered_alias(calibrator, rank_preserving: bool | None) -> None:
@@ -416,7 +371,7 @@ def isotonic_knots(
     w = normalize_weights_host(np.asarray(w, np.float64))
     keep = w >= np.finfo(dtype).tiny
     x, y, w = x[keep], y[keep], w[keep]
-    x, y, w, _ = _pad_top(x, y, w, None, _shapes.padded_size(x.shape[0]), increasing)
+    x, y, w, _ = pad_top(x, y, w, None, _shapes.padded_size(x.shape[0]), increasing)
     run_x, run_w, run_v, run_start, n_runs = jax.device_get(
         pav_runs(
             *(jax.device_put(np.asarray(a, dtype)) for a in (x, y, w)),

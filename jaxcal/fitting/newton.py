@@ -16,10 +16,18 @@ import numpy as np
 
 from jaxcal._vma import varying_like
 
-__all__ = ["CONVERGED", "MAX_ITER", "DIVERGED", "logistic_objective", "sketch_stride"]
+__all__ = [
+    "CONVERGED",
+    "MAX_ITER",
+    "DIVERGED",
+    "SEPARABLE",
+    "logistic_objective",
+    "sketch_stride",
+]
 
-# the solver's status codes (jaxcal.fitting.solver.STATUS_MESSAGES)
-CONVERGED, MAX_ITER, DIVERGED = 0, 1, 2
+# the solver's status codes (jaxcal.fitting.solver.STATUS_MESSAGES); SEPARABLE is set by
+# the fits of a family (jaxcal.fitting.linear), never by a Newton loop
+CONVERGED, MAX_ITER, DIVERGED, SEPARABLE = 0, 1, 2, 3
 
 # |eta|_inf in standardised coordinates beyond which no calibration map is meaningful.
 _DIVERGENCE_BOUND = 1e8
@@ -63,7 +71,7 @@ class _Problem(NamedTuple):
     W: jax.Array  # total weight
     C: jax.Array  # [k, p] constraints in eta coordinates
     C0: jax.Array  # [k, p] constraints in theta coordinates
-    Q: jax.Array  # [p, p] l2 * A^T D A
+    Q: jax.Array  # [p, p] A^T diag(l2 * D) A (l2 a scalar or one weight per coefficient)
     A: jax.Array  # [p, p]
     A_inv: jax.Array  # [p, p] its inverse (closed form)
     eta0: jax.Array  # [p] starting point (intercept at logit of the mean target)
@@ -163,7 +171,8 @@ def _setup(rows, t, w, C, l2, intercept, phi, stride: int):
 def _coordinates(slope, centre, sd, C, l2, intercept, tbar):
     """The fields ``(C, C0, Q, A, A_inv, eta0)`` of a :class:`_Problem` standardised by
     ``centre`` and ``sd`` (``slope``: the non-intercept columns), with the mean target
-    ``tbar`` for the intercept-only start."""
+    ``tbar`` for the intercept-only start. ``l2``: a scalar, or ``[p]`` penalty weights (the
+    penalty :math:`\\tfrac12\\sum_j l_{2,j}\\theta_j^2` over the slopes)."""
     dtype = sd.dtype
     p = centre.shape[0]
     A = jnp.diag(1.0 / sd)
@@ -172,7 +181,7 @@ def _coordinates(slope, centre, sd, C, l2, intercept, tbar):
     A_inv = jnp.diag(sd)  # eta = A_inv theta: eta_j = sd_j theta_j, eta_0 += centre . theta
     if intercept is not None:
         A_inv = A_inv.at[intercept].add(jnp.where(slope, centre, 0.0))
-    Q = l2 * (A.T @ jnp.diag(slope.astype(dtype)) @ A)
+    Q = (A.T * (l2 * slope.astype(dtype))) @ A
     eta0 = jnp.zeros(p, dtype)
     if intercept is not None:
         tbar = jnp.clip(tbar, 1e-6, 1 - 1e-6)
@@ -195,11 +204,15 @@ def _value_grad_hess(prob: _Problem, phi, eta):
         Xt = ((phi(x) - prob.centre) * prob.inv_scale).T  # [p, b]
         z = eta @ Xt
         e = jnp.exp(-jnp.abs(z))
-        softplus = jnp.maximum(z, 0.0) + jnp.log1p(e)
-        mu = jnp.where(z >= 0, 1.0, e) / (1.0 + e)
-        f = jnp.sum(w * (softplus - t * z))
-        g = Xt @ (w * (mu - t))
-        h = (Xt[j] * Xt[k]) @ (w * mu * (1.0 - mu))
+        q = e / (1.0 + e)  # sigmoid(-|z|)
+        # softplus(z) - t z = (1 - t) softplus(z) + t softplus(-z), and sigmoid(z) - t,
+        # written so that a saturated logit on its label's side (t = 1, z >> 0) costs
+        # exactly log1p(e) and pulls by -q: no cancellation of z against t z, whose
+        # rounding (an ulp of z per row) would stall Newton near a near-step optimum
+        f = jnp.sum(w * ((1.0 - t) * jnp.maximum(z, 0.0) + t * jnp.maximum(-z, 0.0)))
+        f = f + jnp.sum(w * jnp.log1p(e))
+        g = Xt @ (w * jnp.where(z >= 0, (1.0 - t) - q, q - t))
+        h = (Xt[j] * Xt[k]) @ (w * q * (1.0 - q))
         return f, g, h
 
     n = prob.t.shape[0]
@@ -347,7 +360,12 @@ def _newton_update(P, W, tol, state, f_t, g_t, H_t):
     ok = jnp.isfinite(f_t) & (f_t <= f - _ARMIJO_C * alpha * dec + slack)
     d_t, dec_t = _newton_direction(P, g_t, H_t)
     out_of_range = jnp.max(jnp.abs(trial)) > _DIVERGENCE_BOUND
-    bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)))
+    # A decrement below -tol is no rounding: the Hessian is numerically singular (saturated
+    # logits far from any optimum, e.g. a warm start projected onto a face) and d_t is no
+    # descent direction. Such a point is no optimum: the candidate fails (its stage may run
+    # again from a cold start), never "converged" because the decrement is below tol.
+    indefinite = dec_t < -2 * tol * W
+    bad_step = ok & (out_of_range | ~jnp.all(jnp.isfinite(d_t)) | indefinite)
     # f = inf until the start is accepted: a non-finite objective there is final
     gave_up = (~ok) & ((halvings + 1 >= _MAX_HALVINGS) | jnp.isinf(f))
     diverged = bad_step | gave_up

@@ -57,15 +57,19 @@ The returned :class:`SolverStatus` reports convergence, the active set, the Lagr
 multipliers :math:`\mu \ge 0` of :math:`\nabla L = C^\top\mu` and the KKT residual.
 
 Unbounded objectives (possible with IPS targets :math:`t > 1`, where :math:`\sum_i w_i t_i >
-\sum_i w_i` sends the intercept to :math:`+\infty`) and separable data with
-``l2 = 0`` have no minimiser: the solver stops with ``converged = False`` (code
-``DIVERGED`` or ``MAX_ITER``) and returns its last finite iterate, never NaN. The estimator
-shells turn this into a :class:`ConvergenceWarning`. On separable data, Newton may instead
-bring the objective (whose infimum is 0) within the tolerance first; it then reports
-``CONVERGED`` with a near-step map. The unconstrained problem may have no minimiser while
-the constrained one has (a quadratic logit that separates the classes is not monotone):
-the constrained stages then restart from the intercept-only point when the unconstrained
-iterate is no usable warm start (see ``_active_set_solve``).
+\sum_i w_i` sends the intercept to :math:`+\infty`) have no minimiser: the solver stops
+with ``converged = False`` (code ``DIVERGED`` or ``MAX_ITER``) and returns its last finite
+iterate, never NaN. The estimator shells turn this into a :class:`ConvergenceWarning`.
+Data separable by a monotone map with ``l2 = 0`` have no minimiser either (the infimum of
+the objective is approached only by a diverging step); the fits of a family detect them
+exactly beforehand and solve a uniquely solvable problem instead (code ``SEPARABLE``, a
+:class:`SeparableDataWarning`; :mod:`jaxcal.fitting.linear`). A Newton step whose
+decrement is negative beyond the tolerance (a numerically singular Hessian: saturated
+logits far from any optimum) ends its loop as ``DIVERGED``, never as converged. The
+unconstrained problem may have no minimiser while the constrained one has (a quadratic
+logit that separates the classes is not monotone): the constrained stages then restart
+from the intercept-only point when the unconstrained iterate is no usable warm start (see
+``_active_set_solve``).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ from jaxcal.fitting.newton import (
     CONVERGED,
     DIVERGED,
     MAX_ITER,
+    SEPARABLE,
     _Candidate,
     _newton,
     _phi,
@@ -98,9 +103,11 @@ from jaxcal.fitting.newton import (
 __all__ = [
     "SolverStatus",
     "ConvergenceWarning",
+    "SeparableDataWarning",
     "CONVERGED",
     "MAX_ITER",
     "DIVERGED",
+    "SEPARABLE",
     "STATUS_MESSAGES",
     "solve",
     "solve_batch",
@@ -115,6 +122,11 @@ STATUS_MESSAGES = {
     "try l2 > 0 or a larger max_iter)",
     DIVERGED: "diverged: the objective is unbounded below or has no minimiser (IPS targets "
     "t > 1 can make the logistic loss unbounded; try loss='snips' or 'ips_positive')",
+    SEPARABLE: "separable: a threshold of the score puts every positive above every "
+    "negative, so no finite fit exists (the likelihood reaches its supremum only as the map "
+    "becomes a step); the map returned is the unique fit with a vanishing ridge (sqrt(eps) "
+    "on the standardised slopes), a near-step. Pass l2 > 0 for a penalised fit, or fit on "
+    "more data",
 }
 _POLISH_ITER = 10
 
@@ -123,13 +135,36 @@ class ConvergenceWarning(RuntimeWarning):
     """A calibrator's solver did not converge; its ``status`` says why."""
 
 
+class SeparableDataWarning(UserWarning):
+    """The training data are separable by a monotone map, so the maximum-likelihood fit
+    does not exist (``status.code == SEPARABLE``); the fitted map is the near-step of
+    :mod:`jaxcal.fitting.linear`.
+
+    Example:
+        >>> import warnings, jaxcal, numpy as np
+        >>> from jaxcal.fitting.solver import SEPARABLE, SeparableDataWarning
+        >>> scores, labels = np.arange(6.0), np.array([0, 0, 0, 1, 1, 1])
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     fitted = jaxcal.PlattScaling().fit(scores, labels)
+        >>> [w.category.__name__ for w in caught]
+        ['SeparableDataWarning']
+        >>> int(fitted.status.code) == SEPARABLE, bool(fitted.status.converged)
+        (True, False)
+    """
+
+
 @pytree_dataclass
 class SolverStatus:
     """Outcome of a constrained fit (leaves gain leading batch dimensions in batched fits).
 
     Attributes:
-        converged: ``bool``; the selected candidate met the Newton-decrement tolerance.
-        code: ``int32``; ``CONVERGED`` (0), ``MAX_ITER`` (1) or ``DIVERGED`` (2).
+        converged: ``bool``; the selected candidate met the Newton-decrement tolerance
+            (false for ``SEPARABLE``: that objective has no optimum to converge to).
+        code: ``int32``; ``CONVERGED`` (0), ``MAX_ITER`` (1), ``DIVERGED`` (2) or
+            ``SEPARABLE`` (3: no finite fit exists; the returned map is the unique optimum
+            with a vanishing ridge, and ``objective``, ``multipliers`` and
+            ``kkt_residual`` are those of that problem).
         n_iter: ``int32``; Newton iterations of the selected candidate.
         objective: the objective :math:`L(\\theta)` at the solution.
         active: ``bool[k]``; which monotonicity constraints are active (held with equality).
@@ -194,10 +229,6 @@ def _finish(prob: _Problem, c: _Candidate, active) -> tuple[jax.Array, SolverSta
         kkt_residual=jnp.max(jnp.abs(resid)),
     )
     return theta, status
-
-
-def _select(ok, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(ok, x, y), a, b)
 
 
 def _project_active(theta, C, active):
@@ -378,7 +409,8 @@ def solve(
         weights: ``[n]`` non-negative weights :math:`w_i` with a positive sum.
         C: ``[k, p]`` constraint rows (``C @ theta >= 0``), full row rank, zero in the
             intercept column.
-        l2: penalty strength :math:`\\lambda_2 \\ge 0` on the non-intercept coefficients.
+        l2: penalty strength :math:`\\lambda_2 \\ge 0` on the non-intercept coefficients, or
+            ``[p]`` strengths, one per coefficient (the intercept's is ignored).
         intercept: index of the intercept column of the features (all ones), or ``None``.
         max_iter: maximum Newton iterations per candidate active set.
         tol: stop when half the squared Newton decrement is below ``tol * sum(weights)``.
@@ -403,7 +435,8 @@ def solve(
 def solve_batch(rows, targets, weights, C, l2, *, aux=None, lockstep=None, **options):
     """:func:`solve` for ``B`` problems (leading axis ``B`` on ``rows``, ``targets``,
     ``weights``, ``C`` (``[B, k, p]``) and the leaves of ``aux``); ``options`` as in
-    :func:`solve` (``intercept``, ``max_iter``, ``tol``, ``features``, ``stride``).
+    :func:`solve` (``intercept``, ``max_iter``, ``tol``, ``features``, ``stride``). ``l2``
+    is a scalar shared by the problems, or ``[B, p]`` strengths (one row per problem).
 
     ``lockstep=False`` (default on CPU) solves the problems one after another (``lax.map``
     of :func:`solve`: memory-bound work on a small cache-resident problem beats a lock-step
@@ -414,24 +447,42 @@ def solve_batch(rows, targets, weights, C, l2, *, aux=None, lockstep=None, **opt
     if lockstep is None:
         lockstep = jax.default_backend() != "cpu"
 
-    def one(args):
-        r, t, w, c, a = args
-        return solve(r, t, w, c, l2, aux=a, **options)
+    l2 = jnp.asarray(l2)
+    if l2.ndim == 0:
+        l2 = jnp.broadcast_to(l2, targets.shape[:1])
 
+    def one(args):
+        r, t, w, c, a, pen = args
+        return solve(r, t, w, c, pen, aux=a, **options)
+
+    args = (rows, targets, weights, C, aux, l2)
     if not lockstep:
-        return jax.lax.map(one, (rows, targets, weights, C, aux))
-    return jax.vmap(lambda *args: one(args))(rows, targets, weights, C, aux)
+        return jax.lax.map(one, args)
+    return jax.vmap(lambda *args: one(args))(*args)
 
 
 def warn_if_not_converged(status: SolverStatus, what: str, *, stacklevel: int = 3) -> None:
-    """Emit a :class:`ConvergenceWarning` when any problem in ``status`` did not converge."""
+    """Emit a :class:`SeparableDataWarning` when any problem in ``status`` is ``SEPARABLE``,
+    and a :class:`ConvergenceWarning` when any other did not converge."""
     conv = np.asarray(status.converged)
     if conv.all():
         return
     codes = np.asarray(status.code)
-    bad = int((~conv).sum())
-    where = "" if conv.ndim == 0 else f" in {bad} of {conv.size} problems"
-    msgs = "; ".join(sorted({STATUS_MESSAGES[int(c)] for c in np.unique(codes[~conv])}))
+    sep = codes == SEPARABLE
+
+    def where(mask):
+        return "" if conv.ndim == 0 else f" in {int(mask.sum())} of {conv.size} problems"
+
+    if sep.any():
+        warnings.warn(
+            f"{what}{where(sep)}: {STATUS_MESSAGES[SEPARABLE]}.",
+            SeparableDataWarning,
+            stacklevel=stacklevel,
+        )
+    bad = ~conv & ~sep
+    if not bad.any():
+        return
+    msgs = "; ".join(sorted({STATUS_MESSAGES[int(c)] for c in np.unique(codes[bad])}))
     warnings.warn(
-        f"{what} did not converge{where}: {msgs}.", ConvergenceWarning, stacklevel=stacklevel
+        f"{what} did not converge{where(bad)}: {msgs}.", ConvergenceWarning, stacklevel=stacklevel
     )

@@ -6,7 +6,10 @@ per-user ranking metrics
 from the pooled binary ``auc``), and metrics of explicit-rating predictions (``rating_mse``,
 ``rating_mae``, ``kendall_tau_per_user``), and the same metrics from counts by distinct score
 (``score_counts``; ``auc_from_counts``, ... for data larger than memory or spread over
-processes).
+processes), and multicalibration: the cumulative calibration error (``ecce``,
+``ecce_sigma``, ``ecce_pvalue``; Arrieta-Ibarra et al. 2022) and its worst value over the
+segments a feature table defines (``multicalibration_error``, ``segment_masks``,
+``segment_report``; Guy et al. 2025).
 
 Every metric is also a JAX function: on traced inputs (inside ``jit``, ``vmap``, ``grad``,
 ``jax.export``) it runs its pure core in the caller's program, and data that the eager call
@@ -47,5 +50,14 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "nll_from_counts": "jaxcal.metrics.counts",
         "ece_from_counts": "jaxcal.metrics.counts",
         "mce_from_counts": "jaxcal.metrics.counts",
+        "ecce": "jaxcal.metrics.cumulative",
+        "ecce_sigma": "jaxcal.metrics.cumulative",
+        "ecce_pvalue": "jaxcal.metrics.cumulative",
+        "multicalibration_error": "jaxcal.metrics.multicalibration",
+        "MulticalibrationResult": "jaxcal.metrics.multicalibration",
+        "segment_masks": "jaxcal.metrics.multicalibration",
+        "Segments": "jaxcal.metrics.multicalibration",
+        "segment_report": "jaxcal.metrics.mce_report",
+        "SegmentReport": "jaxcal.metrics.mce_report",
     },
 )

@@ -51,13 +51,8 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import (
-    check_labels,
-    check_probs,
-    check_pure,
-    check_sample_weight,
-    nan_where,
-)
+from jaxcal._validation import check_probs
+from jaxcal.metrics._inputs import metric_inputs
 from jaxcal.metrics._pure import quantile_edges
 
 __all__ = [
@@ -180,13 +175,6 @@ def bin_ids(probs: jax.Array, edges: jax.Array) -> jax.Array:
     return jnp.searchsorted(inner, probs, side="right")
 
 
-def _padded(n: int, p: np.ndarray, y: np.ndarray, w: np.ndarray, fill_p: float = 0.0):
-    """``p, y, w`` padded to the bucket size of ``n`` with zero-weight entries (exact for
-    every weighted sum; counts use the number of real entries), as device arrays."""
-    size = _shapes.padded_size(n)
-    return [jax.device_put(a) for a in _shapes.pad_rows(size, p, y, w, fills=(fill_p, 0, 0))]
-
-
 def _real_stats(p, y, w, n, edges) -> BinStats:
     """:func:`binned_stats` of the first ``n`` entries (default all; the others carry zero
     weight and are left out of the counts)."""
@@ -259,13 +247,6 @@ def _brier_core(p, y, w):
 # --------------------------------------------------------------------- eager public API
 
 
-def _check(probs, labels, sample_weight):
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    w = check_sample_weight(sample_weight, p.shape[0])
-    return p, y, w
-
-
 def bin_edges(
     probs: ArrayLike | None = None,
     *,
@@ -335,13 +316,9 @@ def ece(
         0.2
     """
     del symmetric  # |(1 - a) - (1 - c)| = |a - c|: same value either way
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-        return nan_where(invalid, _ece_core(p, y, w, edges))
-    p, y, w = _check(probs, labels, sample_weight)
-    edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _ece_core(*_padded(p.shape[0], p, y, w), edges)
+    x = metric_inputs(probs, labels, sample_weight)
+    edges = bin_edges(x.probs, n_bins=n_bins, strategy=strategy)
+    return x.result(_ece_core(*x.padded(), edges))
 
 
 def _min_count(n: int, min_count: int, min_fraction: float) -> int:
@@ -384,15 +361,10 @@ def mce(
         ValueError: as in :func:`ece`, or ``min_count < 1``, ``min_fraction`` outside [0, 1).
     """
     del symmetric  # invariant, see ece
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        threshold = _min_count(p.shape[0], min_count, min_fraction)
-        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-        return nan_where(invalid, _mce_core(p, y, w, edges, threshold))
-    p, y, w = _check(probs, labels, sample_weight)
-    threshold = _min_count(p.shape[0], min_count, min_fraction)
-    edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _mce_core(*_padded(p.shape[0], p, y, w), edges, threshold, p.shape[0])
+    x = metric_inputs(probs, labels, sample_weight)
+    threshold = _min_count(x.probs.shape[0], min_count, min_fraction)
+    edges = bin_edges(x.probs, n_bins=n_bins, strategy=strategy)
+    return x.result(_mce_core(*x.padded(), edges, threshold, x.n))
 
 
 def reliability(
@@ -424,16 +396,9 @@ def reliability(
         >>> r.count.tolist()[:2], r.accuracy.tolist()[1]
         ([1.0, 1.0], 1.0)
     """
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-        table = _reliability_core(p, y, w, edges, symmetric=bool(symmetric))
-        return nan_where(invalid, table)
-    p, y, w = _check(probs, labels, sample_weight)
-    edges = bin_edges(p, n_bins=n_bins, strategy=strategy)
-    return _reliability_core(
-        *_padded(p.shape[0], p, y, w), edges, p.shape[0], symmetric=bool(symmetric)
-    )
+    x = metric_inputs(probs, labels, sample_weight)
+    edges = bin_edges(x.probs, n_bins=n_bins, strategy=strategy)
+    return x.result(_reliability_core(*x.padded(), edges, x.n, symmetric=bool(symmetric)))
 
 
 def nll(
@@ -463,20 +428,13 @@ def nll(
     Raises:
         ValueError: as in :func:`ece`, or ``eps`` outside (0, 0.5).
     """
-    if _shapes.is_traced(probs, labels, sample_weight, eps):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        if eps is None:
-            eps = float(jnp.finfo(p.dtype).eps)
-        elif not _shapes.is_traced(eps) and not 0.0 < eps < 0.5:
-            raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
-        return nan_where(invalid, _nll_core(p, y, w, jnp.asarray(eps, p.dtype)))
-    p, y, w = _check(probs, labels, sample_weight)
-    dtype = jnp.result_type(float)
+    x = metric_inputs(probs, labels, sample_weight, eps)
+    dtype = x.probs.dtype if x.traced else jnp.result_type(float)
     if eps is None:
         eps = float(jnp.finfo(dtype).eps)
-    if not 0.0 < eps < 0.5:
+    elif not _shapes.is_traced(eps) and not 0.0 < eps < 0.5:
         raise ValueError(f"eps must be in (0, 0.5); got {eps!r}.")
-    return _nll_core(*_padded(p.shape[0], p, y, w, fill_p=0.5), np.asarray(eps, dtype))
+    return x.result(_nll_core(*x.padded(fill_p=0.5), jnp.asarray(eps, dtype)))
 
 
 def brier(
@@ -490,8 +448,5 @@ def brier(
     Raises:
         ValueError: as in :func:`ece`.
     """
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        return nan_where(invalid, _brier_core(p, y, w))
-    p, y, w = _check(probs, labels, sample_weight)
-    return _brier_core(*_padded(p.shape[0], p, y, w))
+    x = metric_inputs(probs, labels, sample_weight)
+    return x.result(_brier_core(*x.padded()))

@@ -91,14 +91,9 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import (
-    check_labels,
-    check_probs,
-    check_pure,
-    check_sample_weight,
-    nan_where,
-)
+from jaxcal._validation import check_pure, nan_where
 from jaxcal._weights import normalize_weights, normalize_weights_host
+from jaxcal.metrics._inputs import metric_inputs
 from jaxcal.metrics._keys import key_from_parts, key_parts
 
 __all__ = ["CalibrationTest", "skce", "spiegelhalter_z"]
@@ -345,10 +340,8 @@ def _spiegelhalter_core(p, y, w):
 def _check_weighted(probs, labels, sample_weight):
     """Validated float64 probabilities, labels and weights (rescaled by a power of two so
     that the largest lies in [1, 2): products of weights neither underflow nor overflow)."""
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    w = normalize_weights_host(check_sample_weight(sample_weight, p.shape[0]))
-    return p, y, w
+    p, y, w, _ = metric_inputs(probs, labels, sample_weight)
+    return p, y, normalize_weights_host(w)
 
 
 def spiegelhalter_z(
@@ -377,12 +370,12 @@ def spiegelhalter_z(
         >>> round(float(z), 4)
         -0.8805
     """
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight)
+    if invalid is not None:  # traced inputs
         w = normalize_weights(w)
         invalid = invalid | ~jnp.any((p > 0) & (p < 1) & (p != 0.5) & (w > 0))
         return CalibrationTest(*nan_where(invalid, _spiegelhalter_core(p, y, w)))
-    p, y, w = _check_weighted(probs, labels, sample_weight)
+    w = normalize_weights_host(w)
     if not np.any((p > 0) & (p < 1) & (p != 0.5) & (w > 0)):
         raise ValueError(
             "spiegelhalter_z is undefined when every probability (of positive weight) is 0, "

@@ -48,14 +48,9 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import (
-    check_labels,
-    check_probs,
-    check_pure,
-    check_sample_weight,
-    nan_where,
-)
+from jaxcal._validation import nan_where
 from jaxcal.fitting.isotonic import isotonic_regression, isotonic_regression_in_program
+from jaxcal.metrics._inputs import metric_inputs
 from jaxcal.metrics._keys import key_from_parts, key_parts
 from jaxcal.metrics._pure import run_starts
 
@@ -113,13 +108,6 @@ def _decomposition_core(p, y, w, *, score: str, in_program: bool = False):
     return s_p - s_c, s_r - s_c, s_r
 
 
-def _check(probs, labels, sample_weight):
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    w = check_sample_weight(sample_weight, p.shape[0])
-    return p, y, w
-
-
 def _padded(p, y, w):
     """Device arrays padded to the bucket size with zero-weight copies of ``p[0]``."""
     size = _shapes.padded_size(p.shape[0])
@@ -162,10 +150,9 @@ def corp_decomposition(
     """
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}; got {score!r}.")
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight)
+    if invalid is not None:  # traced inputs
         return CorpDecomposition(*nan_where(invalid, _decomposition_core(p, y, w, score=score)))
-    p, y, w = _check(probs, labels, sample_weight)
     return CorpDecomposition(*_decomposition_core(*_padded(p, y, w), score=score, in_program=True))
 
 
@@ -234,9 +221,9 @@ def corp_reliability(
             "the consistency band resamples labels: pass key=jax.random.key(...), or "
             "n_resamples=0 for the curve alone."
         )
-    if _shapes.is_traced(probs, labels, sample_weight, key):
-        return _reliability_pure(probs, labels, sample_weight, key, int(n_resamples), level)
-    p, y, w = _check(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight, key)
+    if invalid is not None:  # traced inputs
+        return _reliability_pure(p, y, w, invalid, key, int(n_resamples), level)
     forecast, first = np.unique(p, return_index=True)
     k = forecast.shape[0]
     first = _shapes.pad_axis(first.astype(np.int32), _shapes.padded_size(k), 0)
@@ -257,10 +244,9 @@ def corp_reliability(
     )
 
 
-def _reliability_pure(probs, labels, sample_weight, key, n_resamples: int, level):
+def _reliability_pure(p, y, w, invalid, key, n_resamples: int, level):
     """:func:`corp_reliability` on traced inputs: ``[n]`` arrays, NaN after the ``K``
     distinct forecasts (and everywhere for invalid data)."""
-    p, y, w, invalid = check_pure(probs, labels, sample_weight)
     order = jnp.argsort(p)
     starts, k = run_starts(p[order])
     first = order[starts]

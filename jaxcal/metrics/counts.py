@@ -55,7 +55,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._validation import check_two_classes, float_array, nan_where, pure_1d
+from jaxcal._validation import check_pure, check_two_classes, float_array, nan_where, pure_1d
 from jaxcal.fitting import score_counts as _counts
 from jaxcal.fitting.score_counts import ScoreCounts, check_counts
 from jaxcal.losses import check_loss
@@ -114,13 +114,11 @@ def score_counts(
             f"bins={bins!r}: a number of bins places its edges from the data, which a traced "
             "program cannot size; pass the edges of a grid (e.g. np.linspace(0, 1, 4097))."
         )
-    s = pure_1d(scores, "scores") + 0.0  # -0.0 -> 0.0
+    # the shapes and dtypes of check_pure; the value checks of counts (fractional labels,
+    # weights that may all be 0) below
+    s, y, w, _ = check_pure(scores, labels, sample_weight, name="scores", probabilities=False)
+    s = s + 0.0  # -0.0 -> 0.0
     n = s.shape[0]
-    y = pure_1d(labels, "labels", n=n, dtype=s.dtype)
-    if sample_weight is None:
-        w = jnp.ones_like(s)
-    else:
-        w = pure_1d(sample_weight, "sample_weight", n=n, dtype=s.dtype)
     invalid = (
         ~jnp.all(jnp.isfinite(s))
         | jnp.any(~((y >= 0) & (y <= 1)))

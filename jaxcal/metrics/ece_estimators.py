@@ -61,20 +61,8 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import (
-    check_labels,
-    check_probs,
-    check_pure,
-    check_sample_weight,
-    nan_where,
-)
-from jaxcal.metrics.calibration import (
-    _padded,
-    bin_edges,
-    bin_ids,
-    segment_sums,
-    weighted_arrays,
-)
+from jaxcal.metrics._inputs import metric_inputs
+from jaxcal.metrics.calibration import bin_edges, bin_ids, segment_sums, weighted_arrays
 
 __all__ = [
     "DebiasStats",
@@ -267,13 +255,6 @@ def _smooth_pure(p, y, w, sigma, *, n_grid: int, fixed: bool):
 # --------------------------------------------------------------------- eager public API
 
 
-def _check(probs, labels, sample_weight):
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    w = check_sample_weight(sample_weight, p.shape[0])
-    return p, y, w
-
-
 def debiased_ece(
     probs: ArrayLike,
     labels: ArrayLike,
@@ -329,29 +310,25 @@ def debiased_ece(
         or (n_resamples < 1)
     ):
         raise ValueError(f"n_resamples must be a positive integer; got {n_resamples!r}.")
-    if _shapes.is_traced(probs, labels, sample_weight, key):
-        probs_, y, w, invalid = check_pure(probs, labels, sample_weight)
-        edges = bin_edges(probs_, n_bins=n_bins, strategy=strategy)
-        stats = debias_stats(probs_, y, edges, w)
+    x = metric_inputs(probs, labels, sample_weight, key)
+    edges = bin_edges(x.probs, n_bins=n_bins, strategy=strategy)
+    if x.traced:
+        stats = debias_stats(x.probs, x.labels, edges, x.weights)
         small = (stats.weight > 0) & (stats.weight**2 - stats.weight_sq <= 1e-12 * stats.weight**2)
-        invalid = invalid | jnp.any(small)
-        if p == 2:
-            return nan_where(invalid, _sq_core(stats))
-        return nan_where(invalid, _l1_core(stats, key, n_resamples=int(n_resamples)))
-    probs_, y, w = _check(probs, labels, sample_weight)
-    edges = bin_edges(probs_, n_bins=n_bins, strategy=strategy)
-    stats = _debias_stats_core(*_padded(probs_.shape[0], probs_, y, w), probs_.shape[0], edges)
-    weight, weight_sq = np.asarray(stats.weight), np.asarray(stats.weight_sq)
-    small = (weight > 0) & (weight**2 - weight_sq <= 1e-12 * weight**2)
-    if small.any():
-        raise ValueError(
-            f"{int(small.sum())} bin(s) hold a single effective sample (first: bin "
-            f"{int(np.flatnonzero(small)[0])}); the debiased estimator needs >= 2 per bin. "
-            "Use fewer bins."
-        )
+        x = x._replace(invalid=x.invalid | jnp.any(small))
+    else:
+        stats = _debias_stats_core(*x.padded(), x.n, edges)
+        weight, weight_sq = np.asarray(stats.weight), np.asarray(stats.weight_sq)
+        small = (weight > 0) & (weight**2 - weight_sq <= 1e-12 * weight**2)
+        if small.any():
+            raise ValueError(
+                f"{int(small.sum())} bin(s) hold a single effective sample (first: bin "
+                f"{int(np.flatnonzero(small)[0])}); the debiased estimator needs >= 2 per bin. "
+                "Use fewer bins."
+            )
     if p == 2:
-        return _sq_core(stats)
-    return _l1_core(stats, key, n_resamples=int(n_resamples))
+        return x.result(_sq_core(stats))
+    return x.result(_l1_core(stats, key, n_resamples=int(n_resamples)))
 
 
 def smooth_ece(
@@ -365,7 +342,7 @@ def smooth_ece(
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     r"""Smooth ECE with the reflected Gaussian kernel (Blasiok & Nakkiran, ICLR 2024).
 
-    .. math:: \mathrm{smECE}_\sigma = \int_0^1 \Bigl|rac{1}{W}\sum_i w_i 	ilde
+    .. math:: \mathrm{smECE}_\sigma = \int_0^1 \Bigl|\frac{1}{W}\sum_i w_i \tilde
         K_\sigma(t, p_i)(y_i - p_i)\Bigr| dt
 
     With ``sigma=None`` the bandwidth is the fixed point :math:`\sigma^* =
@@ -405,18 +382,11 @@ def smooth_ece(
         and not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and 0 < sigma <= 1)
     ):
         raise ValueError(f"sigma must be in (0, 1] or None; got {sigma!r}.")
-    if _shapes.is_traced(probs, labels, sample_weight, sigma):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
-        out = _smooth_pure(
-            p, y, w, 1.0 if sigma is None else sigma, n_grid=int(n_grid), fixed=sigma is None
-        )
-        value, used = nan_where(invalid, out)
-        return (value, used) if return_sigma else value
-    p, y, w = _check(probs, labels, sample_weight)
-    value, used = _smooth_core(
-        *_padded(p.shape[0], p, y, w),
-        1.0 if sigma is None else float(sigma),
-        n_grid=int(n_grid),
-        fixed=sigma is None,
-    )
+    x = metric_inputs(probs, labels, sample_weight, sigma)
+    if x.traced:
+        core, bandwidth = _smooth_pure, 1.0 if sigma is None else sigma
+    else:
+        core, bandwidth = _smooth_core, 1.0 if sigma is None else float(sigma)
+    out = core(*x.padded(), bandwidth, n_grid=int(n_grid), fixed=sigma is None)
+    value, used = x.result(out)
     return (value, used) if return_sigma else value

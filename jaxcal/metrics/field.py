@@ -59,14 +59,8 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import (
-    check_groups,
-    check_labels,
-    check_probs,
-    check_pure,
-    check_sample_weight,
-    nan_where,
-)
+from jaxcal._validation import check_groups, nan_where
+from jaxcal.metrics._inputs import metric_inputs, padded_rows
 from jaxcal.metrics._pure import dense_ranks, quantile_edges
 from jaxcal.metrics.calibration import (
     STRATEGIES,
@@ -197,12 +191,10 @@ def _gc_n_core(p, y, w, ids, n_groups, *, n_slots, n_bins, group_weight):
 
 
 def _padded_rows(n, p, y, w, ids, n_segments):
-    """Rows padded to the bucket size of ``n``: zero weight and segment id ``n_segments``
-    (out of range: ``segment_sum`` drops them), as device arrays."""
-    size = _shapes.padded_size(n)
-    padded = _shapes.pad_rows(size, p, y, w, fills=(0, 0, 0))
-    ids = _shapes.pad_axis(ids, size, n_segments, axis=ids.ndim - 1)
-    return [jax.device_put(a) for a in (*padded, ids)]
+    """Rows padded to the bucket size of ``n``: zero weight (:func:`padded_rows`) and segment
+    id ``n_segments`` (out of range: ``segment_sum`` drops them), as device arrays."""
+    ids = _shapes.pad_axis(ids, _shapes.padded_size(n), n_segments, axis=ids.ndim - 1)
+    return [*padded_rows(n, p, y, w), jax.device_put(ids)]
 
 
 # ------------------------------------------------------------- traced inputs (pure path)
@@ -244,13 +236,6 @@ def _pure_group_bins(p, codes, n_bins: int, strategy: str):
 
 
 # --------------------------------------------------------------------- eager public API
-
-
-def _check(probs, labels, sample_weight):
-    p = check_probs(probs)
-    y = check_labels(labels, p.shape[0])
-    w = check_sample_weight(sample_weight, p.shape[0])
-    return p, y, w
 
 
 def encode_fields(fields: ArrayLike, n: int, *, name: str = "fields") -> tuple[np.ndarray, int]:
@@ -305,12 +290,11 @@ def pcoc(
         >>> round(float(pcoc([0.2, 0.4, 0.6], [0, 1, 0])), 6)  # (0.2 + 0.4 + 0.6) / 1
         1.2
     """
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight)
+    if invalid is not None:  # traced inputs
         observed = jnp.sum(w * y)
         invalid = invalid | ~(observed > 0)
         return nan_where(invalid, jnp.sum(w * p) / jnp.where(observed > 0, observed, 1.0))
-    p, y, w = _check(probs, labels, sample_weight)
     observed = np.dot(w, y)
     if observed <= 0:
         raise ValueError("pcoc is undefined without positive labels (sum of w * y is 0).")
@@ -364,11 +348,10 @@ def cal_n(
         >>> float(cal_n([0.2, 0.8], [0, 1], n_bins=1))  # PCOC = 1.0
         0.0
     """
-    if _shapes.is_traced(probs, labels, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight)
+    if invalid is not None:  # traced inputs
         ids = bin_ids(p, bin_edges(p, n_bins=n_bins, strategy=strategy))
         return nan_where(invalid, _cal_n_core(p, y, w, ids, num_segments=int(n_bins)))
-    p, y, w = _check(probs, labels, sample_weight)
     ids = _bin_ids(p, n_bins, strategy)
     n_bins = int(n_bins)
     return _cal_n_core(*_padded_rows(p.shape[0], p, y, w, ids, n_bins), num_segments=n_bins)
@@ -409,9 +392,9 @@ def gc_n(
         )
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}.")
-    if _shapes.is_traced(probs, labels, groups, sample_weight):
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight, groups)
+    if invalid is not None:  # traced inputs
         bin_edges(n_bins=n_bins)  # checks n_bins
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
         n = p.shape[0]
         if jnp.ndim(groups) != 1:
             raise ValueError(f"groups must be 1-D; got shape {jnp.shape(groups)}.")
@@ -423,7 +406,6 @@ def gc_n(
             p, y, w, ids, jnp.max(codes) + 1, n_slots=n, n_bins=n_bins, group_weight=group_weight
         )
         return nan_where(invalid | bad, value)
-    p, y, w = _check(probs, labels, sample_weight)
     g = np.unique(check_groups(groups, p.shape[0], name="groups"), return_inverse=True)[1]
     g = g.reshape(-1)
     n_groups = int(g.max()) + 1
@@ -444,12 +426,11 @@ def _field_stats(probs, labels, fields, sample_weight):
     """Per-field-value sums (``[F, S]``, ``S`` segments padded to a bucket size: empty
     segments add nothing to either metric), whether ``fields`` is one column, and whether
     the data is invalid (traced inputs: the NaN policy; ``False`` otherwise)."""
-    if _shapes.is_traced(probs, labels, fields, sample_weight):
-        p, y, w, invalid = check_pure(probs, labels, sample_weight)
+    p, y, w, invalid = metric_inputs(probs, labels, sample_weight, fields)
+    if invalid is not None:  # traced inputs
         ids, bad = _pure_codes(fields, p.shape[0], "fields")
         stats = _field_stats_core(p, y, w, ids, num_segments=p.shape[0])
         return stats, jnp.ndim(fields) == 1, invalid | bad
-    p, y, w = _check(probs, labels, sample_weight)
     ids, num_segments = encode_fields(fields, p.shape[0])
     num_segments = _shapes.padded_size(num_segments)
     rows = _padded_rows(p.shape[0], p, y, w, ids, num_segments)

@@ -15,5 +15,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "reliability_by_rank_diagram": "jaxcal.plot.clicks",
         "corp_reliability": "jaxcal.plot.corp",
         "rating_transforms": "jaxcal.plot.ratings",
+        "segment_reliability": "jaxcal.plot.segments",
     },
 )

@@ -8,9 +8,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["new_figure", "save_figure", "plain_log_labels", "INSTALL_HINT"]
+__all__ = ["new_figure", "save_figure", "plain_log_labels", "png_doc", "INSTALL_HINT"]
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'jaxcal[plot]' (or pip install matplotlib)"
+
+#: what every plot returns and raises, put into its docstring by :func:`png_doc`
+_PNG_RETURNS_RAISES = """Returns:
+        ``path`` as a ``pathlib.Path``.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``)."""
+
+
+def png_doc(plot: Any) -> Any:
+    """Decorator of the plots: write the Returns section (the PNG's path) and the
+    ImportError (no matplotlib) that every plot shares where its docstring says
+    ``{png_returns_raises}``; the plot's own errors follow in the Raises section."""
+    if plot.__doc__:  # None under python -OO
+        plot.__doc__ = plot.__doc__.replace("{png_returns_raises}", _PNG_RETURNS_RAISES)
+    return plot
 
 
 def new_figure(figsize: tuple[float, float], *, layout: str | None = "constrained") -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._validation import check_labels, check_scores
-from jaxcal.plot._figure import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
 __all__ = ["posterior_reliability_diagram", "posterior_map"]
 
@@ -23,17 +23,16 @@ POINT_COLOR = "#d9534f"
 HIST_COLORS = ("#9e9e9e", "#f0ad4e")
 
 
-def _check_level(level: float) -> float:
+def _checked_level(posterior, level: float) -> float:
+    """``level`` as a float in (0, 1), for an unbatched ``posterior``."""
+    if posterior.batch_shape:
+        raise ValueError("plot one posterior; index a batched one first (post[b]).")
     if not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must be in (0, 1); got {level!r}.")
     return float(level)
 
 
-def _check_unbatched(posterior) -> None:
-    if posterior.batch_shape:
-        raise ValueError("plot one posterior; index a batched one first (post[b]).")
-
-
+@png_doc
 def posterior_reliability_diagram(
     posterior,
     scores: ArrayLike,
@@ -63,15 +62,10 @@ def posterior_reliability_diagram(
         title: optional figure title.
         dpi: resolution.
 
-    Returns:
-        The path of the PNG.
-
-    Raises:
+    {png_returns_raises}
         ValueError: invalid data, ``level`` or a batched posterior.
-        ImportError: matplotlib is not installed.
     """
-    _check_unbatched(posterior)
-    level = _check_level(level)
+    level = _checked_level(posterior, level)
     s = check_scores(scores)
     y = check_labels(labels, s.shape[0])
     if int(n_bins) < 1:
@@ -95,16 +89,13 @@ def posterior_reliability_diagram(
     ax.plot(conf, conf, color=BAND_COLOR, lw=1.2)
     sizes = 15 + 85 * count / count.max()
     ax.scatter(conf, freq, s=sizes, color=POINT_COLOR, zorder=3, label="observed frequency")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("posterior mean probability")
-    ax.set_ylabel("fraction of positives")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="posterior mean probability",
+           ylabel="fraction of positives", title=title or "")  # fmt: skip
     ax.legend(loc="upper left", fontsize=8)
-    if title:
-        ax.set_title(title)
     return save_figure(fig, path, dpi=dpi)
 
 
+@png_doc
 def posterior_map(
     posterior,
     path: str | os.PathLike,
@@ -137,15 +128,10 @@ def posterior_map(
         title: optional title.
         dpi: resolution.
 
-    Returns:
-        The path of the PNG.
-
-    Raises:
+    {png_returns_raises}
         ValueError: invalid inputs, ``level`` or a batched posterior.
-        ImportError: matplotlib is not installed.
     """
-    _check_unbatched(posterior)
-    level = _check_level(level)
+    level = _checked_level(posterior, level)
     if int(n_grid) < 2:
         raise ValueError(f"n_grid must be >= 2; got {n_grid!r}.")
     lo_s, hi_s = float(posterior.context.lo), float(posterior.context.hi)
@@ -172,11 +158,7 @@ def posterior_map(
     ax.plot(grid, mean, color=BAND_COLOR, lw=1.6, label="posterior mean")
     if true_map is not None:
         ax.plot(grid, np.asarray(true_map(grid)), color="k", ls="--", lw=1.0, label="true map")
-    ax.set_ylim(0, 1)
-    ax.set_xlim(lo_s, hi_s)
-    ax.set_xlabel("score")
-    ax.set_ylabel("P(y = 1 | score)")
+    ax.set(xlim=(lo_s, hi_s), ylim=(0, 1), xlabel="score", ylabel="P(y = 1 | score)",
+           title=title or "")  # fmt: skip
     ax.legend(loc="upper left", fontsize=8)
-    if title:
-        ax.set_title(title)
     return save_figure(fig, path, dpi=dpi)

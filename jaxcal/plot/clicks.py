@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from jaxcal.clicks.metrics import ReliabilityByRank
-from jaxcal.plot._figure import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
 __all__ = ["reliability_by_rank_diagram"]
 
@@ -29,6 +29,7 @@ def _as_diagrams(
     return dict(diagrams)
 
 
+@png_doc
 def reliability_by_rank_diagram(
     diagrams: Mapping[str, ReliabilityByRank] | ReliabilityByRank,
     path: str | os.PathLike,
@@ -49,11 +50,7 @@ def reliability_by_rank_diagram(
         title: figure title.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: an empty mapping, or ranks outside the diagrams.
 
     Example (needs matplotlib: ``pip install jaxcal[plot]``):

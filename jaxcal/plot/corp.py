@@ -13,7 +13,7 @@ from jax.typing import ArrayLike
 
 from jaxcal.metrics.corp import CorpDecomposition, CorpReliability, corp_decomposition
 from jaxcal.metrics.corp import corp_reliability as corp_curve
-from jaxcal.plot._figure import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
 __all__ = ["corp_reliability"]
 
@@ -22,6 +22,7 @@ BAND_COLOR = "#3b6fb6"
 COUNT_COLOR = "#7f7f7f"
 
 
+@png_doc
 def corp_reliability(
     probs: ArrayLike,
     labels: ArrayLike,
@@ -54,11 +55,7 @@ def corp_reliability(
         title: figure title.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: invalid data or arguments (as in ``jaxcal.metrics.corp_reliability``).
 
     Example (needs matplotlib: ``pip install jaxcal[plot]``):

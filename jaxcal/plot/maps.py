@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._validation import check_labels, check_sample_weight, check_scores
-from jaxcal.plot._figure import new_figure, plain_log_labels, save_figure
+from jaxcal.plot._figure import new_figure, plain_log_labels, png_doc, save_figure
 
 __all__ = ["calibration_map", "score_histograms"]
 
@@ -42,6 +42,7 @@ def _binned_means(x: np.ndarray, t: np.ndarray, lo: float, hi: float, n_bins: in
     return (edges[:-1] + np.diff(edges) / 2)[keep], total[keep] / count[keep], count[keep]
 
 
+@png_doc
 def calibration_map(
     fitted_calibrators: Mapping[str, Any],
     scores_range: Sequence[float],
@@ -76,11 +77,7 @@ def calibration_map(
         title: axes title.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: empty mapping, bad range, invalid scores / labels, or a calibrator
             without ``predict``.
     """
@@ -146,6 +143,7 @@ def calibration_map(
     return save_figure(fig, path, dpi=dpi)
 
 
+@png_doc
 def score_histograms(
     scores: ArrayLike,
     labels: ArrayLike,
@@ -171,11 +169,7 @@ def score_histograms(
         title: axes title.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: invalid scores, labels or weights.
     """
     s = check_scores(scores)

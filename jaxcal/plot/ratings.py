@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.plot._figure import new_figure, save_figure
+from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
 __all__ = ["rating_transforms", "normalised_transforms"]
 
@@ -42,6 +42,7 @@ def normalised_transforms(transforms: ArrayLike) -> np.ndarray:
         return np.where(span != 0, (z - z[:, :1]) / np.where(span != 0, span, 1.0), np.nan)
 
 
+@png_doc
 def rating_transforms(
     transforms: ArrayLike,
     path: str | os.PathLike,
@@ -63,11 +64,7 @@ def rating_transforms(
         title: figure title.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: malformed transforms, truth with another number of levels, or labels of
             the wrong length.
 
@@ -100,10 +97,7 @@ def rating_transforms(
     if t is not None:
         for s, row in enumerate(t):
             ax.plot(levels, row, color=colors[s], ls="--", lw=1.2, label=truth_labels[s])
-    ax.set_xticks(levels)
-    ax.set_xlabel("rating level r")
-    ax.set_ylabel("(z[r] - z[1]) / (z[L] - z[1])")
+    ax.set(xticks=levels, xlabel="rating level r", ylabel="(z[r] - z[1]) / (z[L] - z[1])",
+           title=title or "")  # fmt: skip
     ax.legend(loc="upper left", fontsize=8)
-    if title:
-        ax.set_title(title)
     return save_figure(fig, path, dpi=dpi)

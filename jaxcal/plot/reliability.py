@@ -12,7 +12,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal.metrics.calibration import ece, reliability
-from jaxcal.plot._figure import new_figure, plain_log_labels, save_figure
+from jaxcal.plot._figure import new_figure, plain_log_labels, png_doc, save_figure
 
 __all__ = ["reliability_diagram"]
 
@@ -34,6 +34,7 @@ def _as_panels(probs: ArrayLike | Mapping[str, ArrayLike]) -> dict[str, ArrayLik
     return {"": probs}
 
 
+@png_doc
 def reliability_diagram(
     probs: ArrayLike | Mapping[str, ArrayLike],
     labels: ArrayLike,
@@ -70,11 +71,7 @@ def reliability_diagram(
         ncols: panels per row.
         dpi: resolution of the PNG.
 
-    Returns:
-        ``path`` as a ``pathlib.Path``.
-
-    Raises:
-        ImportError: matplotlib is not installed (``pip install jaxcal[plot]``).
+    {png_returns_raises}
         ValueError: invalid probabilities / labels / weights (as in ``jaxcal.metrics``).
 
     Example (needs matplotlib: ``pip install jaxcal[plot]``):

@@ -35,7 +35,9 @@ import optax
 from jax.typing import ArrayLike
 
 from jaxcal._jit import jit
+from jaxcal._validation import check_key  # re-exported for the models of this package
 from jaxcal.data.triples import Interactions
+from jaxcal.metrics._keys import key_from_parts, key_parts
 from jaxcal.recsys._data import as_interactions
 
 __all__ = [
@@ -165,39 +167,6 @@ def sparse_sgd_loop(
     return jax.lax.scan(step, params, jnp.arange(n_steps))
 
 
-def check_key(key: Any) -> jax.Array:
-    """A PRNG key (``jax.random.key(0)`` or a legacy ``uint32[2]`` key), else ValueError."""
-    if key is None:
-        raise ValueError("key is required: pass key=jax.random.key(seed).")
-    if isinstance(key, jax.core.Tracer):
-        return key
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(f"key must be a single PRNG key; got key array of shape {key.shape}.")
-        return key
-    arr = np.asarray(key)
-    if arr.shape != (2,) or arr.dtype != np.uint32:
-        raise ValueError(
-            "key must be a PRNG key such as jax.random.key(0); "
-            f"got {type(key).__name__} with shape {arr.shape} and dtype {arr.dtype}."
-        )
-    return jnp.asarray(arr)
-
-
-def key_parts(key: jax.Array) -> tuple[jax.Array, str | None]:
-    """``(data, impl)``: a typed PRNG key (or array of keys) as its raw ``uint32`` data and
-    its implementation's name (``None`` for legacy raw keys), so that compiled programs take
-    a plain array; :func:`key_from_parts` rebuilds the same key inside them."""
-    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(key), str(jax.random.key_impl(key))
-    return key, None
-
-
-def key_from_parts(data: jax.Array, impl: str | None) -> jax.Array:
-    """The key of :func:`key_parts` (inside a program)."""
-    return data if impl is None else jax.random.wrap_key_data(data, impl=impl)
-
-
 def check_host_ids(users, items, n_users: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """Concrete ids validated on the host (no device op of the caller's shape), broadcast
     together.
@@ -254,9 +223,32 @@ def _check_positive(value: Any, name: str, *, allow_zero: bool = False) -> None:
         raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
 
 
+def _positive_grid(value: Any, name: str) -> np.ndarray:
+    """``value`` as a 1-D float array of finite numbers > 0 (a number or a sequence: a grid
+    of penalties), else ValueError."""
+    arr = np.atleast_1d(np.asarray(value, dtype=float))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a positive number or a non-empty 1-D sequence.")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must be finite and > 0; got {value!r}.")
+    return arr
+
+
 def _check_int(value: Any, name: str, *, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+
+
+def _check_settings(obj: Any, *, ints=(), positive=(), non_negative=()) -> None:
+    """The named hyperparameters of ``obj`` checked: ``ints`` integers >= 1, ``positive``
+    finite numbers > 0, ``non_negative`` finite numbers >= 0 (ValueError naming the first
+    bad one)."""
+    for name in ints:
+        _check_int(getattr(obj, name), name)
+    for name in positive:
+        _check_positive(getattr(obj, name), name)
+    for name in non_negative:
+        _check_positive(getattr(obj, name), name, allow_zero=True)
 
 
 class Ranker:
@@ -362,12 +354,12 @@ class GradientRanker(Ranker):
     SPARSE_SGD: bool = False
 
     def _validate_common(self) -> None:
-        _check_int(self.dim, "dim")
-        _check_positive(self.lr, "lr")
-        _check_positive(self.l2, "l2", allow_zero=True)
-        _check_int(self.n_steps, "n_steps")
-        _check_int(self.batch_size, "batch_size")
-        _check_positive(self.init_scale, "init_scale")
+        _check_settings(
+            self,
+            ints=("dim", "n_steps", "batch_size"),
+            positive=("lr", "init_scale"),
+            non_negative=("l2",),
+        )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}.")
 

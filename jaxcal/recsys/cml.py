@@ -57,6 +57,9 @@ class CML(BPRMF):
         >>> from jaxcal.recsys import CML
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
         >>> fitted = CML(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> norms = np.linalg.norm(np.asarray(fitted.item_factors), axis=1)
+        >>> bool(np.all(norms <= 1 + 1e-6))  # the points are clipped to the unit ball
+        True
     """
 
     l2: float = 0.0

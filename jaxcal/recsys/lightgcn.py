@@ -90,6 +90,8 @@ class LightGCN(BPRMF):
         >>> from jaxcal.recsys import LightGCN
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
         >>> fitted = LightGCN(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted.score_all(np.array([0, 1])).shape  # every item's score for users 0 and 1
+        (2, 40)
     """
 
     n_layers: int = 2

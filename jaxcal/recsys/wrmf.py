@@ -30,7 +30,7 @@ from jaxcal import _shapes
 from jaxcal.data.triples import Interactions
 from jaxcal.recsys._data import Sizes
 from jaxcal.recsys._fitted import FactorModel
-from jaxcal.recsys._train import Ranker, _check_int, _check_positive, init_factors
+from jaxcal.recsys._train import Ranker, _check_settings, init_factors
 
 __all__ = ["WRMF", "als_half_step", "wrmf_objective"]
 
@@ -122,8 +122,10 @@ class WRMF(Ranker):
     Example:
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import WRMF
-        >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = WRMF(dim=8, n_iters=5).fit(train, key=jax.random.key(0))
+        >>> counts = np.random.default_rng(0).poisson(0.3, (30, 40))  # interaction counts r
+        >>> fitted = WRMF(dim=8, n_iters=5).fit(counts, key=jax.random.key(0))
+        >>> fitted.train_loss.shape  # the objective after each sweep
+        (5,)
     """
 
     dim: int = 64
@@ -135,11 +137,9 @@ class WRMF(Ranker):
     ARRAY_HPARAMS = ("l2", "alpha")
 
     def _validate(self) -> None:
-        _check_int(self.dim, "dim")
-        _check_positive(self.l2, "l2")
-        _check_positive(self.alpha, "alpha", allow_zero=True)
-        _check_int(self.n_iters, "n_iters")
-        _check_positive(self.init_scale, "init_scale")
+        _check_settings(
+            self, ints=("dim", "n_iters"), positive=("l2", "init_scale"), non_negative=("alpha",)
+        )
 
     def _prepare(self, data: Interactions) -> dict:
         return {

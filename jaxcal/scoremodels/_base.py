@@ -38,6 +38,7 @@ from jaxcal._lazy import lazy_method
 from jaxcal._pytree import join_hyperparameters, split_hyperparameters
 from jaxcal._serialization import register_serializable
 from jaxcal._validation import check_fit_inputs
+from jaxcal.scoremodels._sites import observe_labels
 
 __all__ = ["ScoreModel", "class_prior", "logit_prior", "weighted_moments"]
 
@@ -71,11 +72,12 @@ class ScoreModel:
     """Base class: eager validated ``fit`` on top of a pure ``fit_weighted``.
 
     Subclasses (frozen dataclasses holding the prior hyperparameters) implement
-    ``model`` (NumPyro), ``fit_weighted(scores, w1, w0) -> params`` (pure, jit/vmap-able),
+    ``fit_weighted(scores, w1, w0) -> params`` (pure, jit/vmap-able),
     ``log_odds(params, scores)`` and ``is_monotone(params, lo, hi)``; for :meth:`fit_bayes`
     also ``bayes_prior(pi1, *, lo, hi, monotone) -> params`` (NumPyro sample statements,
     monotone by parameterisation where the family allows it) and
-    ``class_log_density(params, scores, labels) -> [n]``.
+    ``class_log_density(params, scores, labels) -> [n]``; for :meth:`model`
+    ``_observe_scores`` (its priors and the scores given the labels).
     """
 
     support: str = "real"  # "real" or "positive" (scores must be > 0) or "nonnegative"
@@ -145,6 +147,32 @@ class ScoreModel:
         return jax.nn.sigmoid(self.log_odds(params, scores))
 
     # ------------------------------------------------------------------ Bayesian inference
+    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
+        """NumPyro model of labelled scores: ``pi1 ~ Beta(1, 1)``, ``labels ~ Bernoulli(pi1)``,
+        the family's priors (class docstring) and ``scores | labels`` from the
+        class-conditional densities, weighted by ``sample_weight`` like the labels.
+
+        Args:
+            scores: ``[n]`` scores, or ``None`` for a model of the labels and priors only.
+            labels: ``[n]`` 0/1 labels.
+            sample_weight: optional ``[n]`` non-negative weights.
+
+        Example:
+            >>> import numpyro
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> model = numpyro.handlers.seed(GaussianScoreModel().model, 0)
+            >>> trace = numpyro.handlers.trace(model).get_trace([0.2, 1.5], [0, 1])
+            >>> trace["mu"]["value"].shape  # a class mean per class
+            (2,)
+        """
+        labels, n = observe_labels(labels, sample_weight)
+        self._observe_scores(scores, labels, sample_weight, n)
+
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """The rest of :meth:`model` after the ``n`` labels: the family's priors and
+        ``scores | labels``."""
+        raise NotImplementedError
+
     # Subclasses implement ``bayes_prior(pi1, *, lo, hi, monotone) -> params`` (NumPyro
     # sample statements of the class-conditional parameters; every site of the params class
     # is recorded, as a sample or deterministic site of the same name) and

@@ -2,8 +2,9 @@
 
 Every ``model`` observes the labels through the class prior (:func:`observe_labels`) and
 the scores through their class-conditional densities (:func:`observe_scores`,
-:func:`observe_log_density`); every ``bayes_prior`` with a monotone parameterisation samples
-one parameter on one side of a bound (:func:`bounded_site`, :func:`prior_site`).
+:func:`observe_log_density`), with one parameter per class where a family has them
+(:func:`class_sites`); every ``bayes_prior`` with a monotone parameterisation samples one
+parameter on one side of a bound (:func:`bounded_site`, :func:`prior_site`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ numpyro = lazy_module("numpyro")  # imported when a Bayesian model runs
 dist = lazy_module("numpyro.distributions")
 constraints = lazy_module("numpyro.distributions.constraints")
 
-__all__ = ["bounded_site", "observe_labels", "observe_log_density", "observe_scores", "prior_site"]
+__all__ = [
+    "bounded_site",
+    "class_sites",
+    "observe_labels",
+    "observe_log_density",
+    "observe_scores",
+    "prior_site",
+]
 
 
 def observe_labels(labels: ArrayLike, sample_weight=None) -> tuple[jax.Array, int]:
@@ -40,6 +48,13 @@ def observe_labels(labels: ArrayLike, sample_weight=None) -> tuple[jax.Array, in
         loglik = dist.Bernoulli(pi1).log_prob(labels)
         numpyro.factor("labels_loglik", jnp.sum(jnp.asarray(sample_weight) * loglik))
     return labels, n
+
+
+def class_sites(**priors) -> tuple[jax.Array, ...]:
+    """One sample site per ``name=prior``, each ``[2]`` (a value per class: the plate
+    ``class``), returned in the order given."""
+    with numpyro.plate("class", 2):
+        return tuple(numpyro.sample(name, prior) for name, prior in priors.items())
 
 
 def observe_log_density(log_density: jax.Array, sample_weight=None) -> None:

@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 from jaxcal._lazy import lazy_module
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior
-from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
+from jaxcal.scoremodels._sites import class_sites, observe_scores, prior_site
 
 numpyro = lazy_module("numpyro")  # imported by the Bayesian methods only
 dist = lazy_module("numpyro.distributions")
@@ -46,11 +46,9 @@ class ExponentialScoreModel(ScoreModel):
     support = "nonnegative"
     params_class = ExponentialParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Exponential(rate_y)``."""
-        labels, n = observe_labels(labels, sample_weight)
-        with numpyro.plate("class", 2):
-            rate = numpyro.sample("rate", dist.LogNormal(0.0, self.rate_scale))
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``scores | y ~ Exponential(rate_y)``, ``rate`` per class."""
+        (rate,) = class_sites(rate=dist.LogNormal(0.0, self.rate_scale))
         observe_scores(dist.Exponential(rate[labels]), scores, sample_weight, n)
 
     def bayes_prior(self, pi1, *, lo, hi, monotone: bool) -> ExponentialParams:

@@ -25,7 +25,7 @@ from jax.typing import ArrayLike
 from jaxcal._lazy import lazy_module
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior
-from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
+from jaxcal.scoremodels._sites import class_sites, observe_scores, prior_site
 
 numpyro = lazy_module("numpyro")  # imported by the Bayesian methods only
 dist = lazy_module("numpyro.distributions")
@@ -99,12 +99,12 @@ class GammaScoreModel(ScoreModel):
     support = "positive"
     params_class = GammaParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ Gamma(alpha_y, beta_y)``."""
-        labels, n = observe_labels(labels, sample_weight)
-        with numpyro.plate("class", 2):
-            alpha = numpyro.sample("alpha", dist.LogNormal(0.0, self.shape_scale))
-            beta = numpyro.sample("beta", dist.LogNormal(0.0, self.rate_scale))
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``scores | y ~ Gamma(alpha_y, beta_y)``, ``alpha`` and ``beta`` per
+        class."""
+        alpha, beta = class_sites(
+            alpha=dist.LogNormal(0.0, self.shape_scale), beta=dist.LogNormal(0.0, self.rate_scale)
+        )
         observe_scores(dist.Gamma(alpha[labels], beta[labels]), scores, sample_weight, n)
 
     def monotone_bound(self, alpha0, alpha1, beta1, lo, hi) -> jax.Array:

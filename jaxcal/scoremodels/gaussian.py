@@ -25,7 +25,7 @@ from jax.typing import ArrayLike
 from jaxcal._lazy import lazy_module
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
-from jaxcal.scoremodels._sites import observe_labels, observe_scores, prior_site
+from jaxcal.scoremodels._sites import class_sites, observe_scores, prior_site
 
 numpyro = lazy_module("numpyro")  # imported by the Bayesian methods only
 dist = lazy_module("numpyro.distributions")
@@ -68,12 +68,11 @@ class GaussianScoreModel(ScoreModel):
     scale_scale: float = 10.0
     params_class = GaussianParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd_y^2)``."""
-        labels, n = observe_labels(labels, sample_weight)
-        with numpyro.plate("class", 2):
-            mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
-            sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``scores | labels ~ N(mu_y, sd_y^2)``, ``mu`` and ``sd`` per class."""
+        mu, sd = class_sites(
+            mu=dist.Normal(0.0, self.loc_scale), sd=dist.HalfNormal(self.scale_scale)
+        )
         observe_scores(dist.Normal(mu[labels], sd[labels]), scores, sample_weight, n)
 
     def monotone_bound(self, mu0, sd0, sd1, lo, hi) -> jax.Array:
@@ -166,11 +165,9 @@ class EqualVarianceGaussianScoreModel(ScoreModel):
     scale_scale: float = 10.0
     params_class = EqualVarianceGaussianParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | labels ~ N(mu_y, sd^2)``."""
-        labels, n = observe_labels(labels, sample_weight)
-        with numpyro.plate("class", 2):
-            mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale))
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``scores | labels ~ N(mu_y, sd^2)``, ``mu`` per class, one ``sd``."""
+        (mu,) = class_sites(mu=dist.Normal(0.0, self.loc_scale))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale))
         observe_scores(dist.Normal(mu[labels], sd), scores, sample_weight, n)
 

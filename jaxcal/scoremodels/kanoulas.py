@@ -25,7 +25,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
-from jaxcal.scoremodels._sites import observe_labels, observe_log_density, prior_site
+from jaxcal.scoremodels._sites import observe_log_density, prior_site
 from jaxcal.scoremodels.gamma import gamma_mle
 
 __all__ = ["KanoulasParams", "KanoulasScoreModel"]
@@ -74,10 +74,8 @@ class KanoulasScoreModel(ScoreModel):
     support = "positive"
     params_class = KanoulasParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Gamma(alpha0, beta0)``,
-        ``s | 1 ~ N(mu1, sd1^2)``."""
-        labels, _ = observe_labels(labels, sample_weight)
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``s | 0 ~ Gamma(alpha0, beta0)``, ``s | 1 ~ N(mu1, sd1^2)``."""
         alpha0 = numpyro.sample("alpha0", dist.LogNormal(0.0, self.shape_scale))
         beta0 = numpyro.sample("beta0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))

@@ -24,7 +24,7 @@ from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
-from jaxcal.scoremodels._sites import observe_labels, observe_log_density, prior_site
+from jaxcal.scoremodels._sites import observe_log_density, prior_site
 
 __all__ = ["ManmathaParams", "ManmathaScoreModel"]
 
@@ -66,10 +66,8 @@ class ManmathaScoreModel(ScoreModel):
     support = "nonnegative"
     params_class = ManmathaParams
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``; ``s | 0 ~ Exp(rate0)``,
-        ``s | 1 ~ N(mu1, sd1^2)``."""
-        labels, _ = observe_labels(labels, sample_weight)
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``s | 0 ~ Exp(rate0)``, ``s | 1 ~ N(mu1, sd1^2)``."""
         rate0 = numpyro.sample("rate0", dist.LogNormal(0.0, self.rate_scale))
         mu1 = numpyro.sample("mu1", dist.Normal(0.0, self.loc_scale))
         sd1 = numpyro.sample("sd1", dist.HalfNormal(self.scale_scale))

@@ -26,7 +26,7 @@ from numpyro.distributions import constraints
 
 from jaxcal._pytree import pytree_dataclass
 from jaxcal.scoremodels._base import ScoreModel, class_prior, logit_prior, weighted_moments
-from jaxcal.scoremodels._sites import observe_labels, observe_scores
+from jaxcal.scoremodels._sites import class_sites, observe_scores
 
 __all__ = ["GaussianMixtureParams", "GaussianMixtureScoreModel", "weighted_gmm_em"]
 
@@ -131,12 +131,11 @@ class GaussianMixtureScoreModel(ScoreModel):
     params_class = GaussianMixtureParams
     monotone_parameterisation = False  # no parameterisation makes every mixture map monotone
 
-    def model(self, scores: ArrayLike | None, labels: ArrayLike, *, sample_weight=None) -> None:
-        """NumPyro model: ``labels ~ Bernoulli(pi1)``, ``scores | y ~ mixture_y``."""
+    def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
+        """:meth:`model`'s ``scores | y ~ mixture_y``: mixture weights ``rho`` per class,
+        component means ``mu`` and sds ``sd`` ``[2, K]``."""
         K = self.n_components
-        labels, n = observe_labels(labels, sample_weight)
-        with numpyro.plate("class", 2):
-            rho = numpyro.sample("rho", dist.Dirichlet(jnp.ones(K)))
+        (rho,) = class_sites(rho=dist.Dirichlet(jnp.ones(K)))
         mu = numpyro.sample("mu", dist.Normal(0.0, self.loc_scale).expand([2, K]).to_event(2))
         sd = numpyro.sample("sd", dist.HalfNormal(self.scale_scale).expand([2, K]).to_event(2))
         d = dist.MixtureSameFamily(
@@ -161,8 +160,7 @@ class GaussianMixtureScoreModel(ScoreModel):
         if monotone:
             raise ValueError("Gaussian mixtures have no monotone parameterisation.")
         K = self.n_components
-        with numpyro.plate("class", 2):
-            rho = numpyro.sample("rho", dist.Dirichlet(jnp.ones(K)))
+        (rho,) = class_sites(rho=dist.Dirichlet(jnp.ones(K)))
         ordered = dist.ImproperUniform(constraints.ordered_vector, (2,), (K,))
         mu = numpyro.sample("mu", ordered)
         numpyro.factor("mu_prior", jnp.sum(dist.Normal(0.0, self.loc_scale).log_prob(mu)))

@@ -269,7 +269,8 @@ def test_custom_prior_is_used():
     )  # fmt: skip
     d = design_of(jaxcal.PlattScaling(), s, y, np.ones_like(s))
     beta = np.asarray(post.theta[..., 0]) * float(d.scale[0])
-    np.testing.assert_allclose(np.median(beta), 0.1, rtol=0.05)
+    # the prior's sd is 1% (log-scale 0.01) and 200 points barely move it (measured: 3e-4)
+    np.testing.assert_allclose(np.median(beta), 0.1, rtol=0.01)
 
 
 # ------------------------------------------------------------------- serialisation, arviz
@@ -388,8 +389,11 @@ def test_every_nuts_draw_monotone_all_families(cal):
         ({"subsample_size": 2}, "subsample_size"),
         ({"prior": {"slope": dist.Normal(0.0, 1.0)}}, "slope"),
         ({"prior": {"bias": dist.Normal(0.0, 1.0)}}, "unknown prior"),
-        ({"key": None}, "key"),
-        ({"key": 3}, "key"),
+        ({"key": None}, "key is required"),
+        ({"key": 3}, "key must be a JAX PRNG key.*got int 3"),
+        ({"key": "abc"}, "key must be a JAX PRNG key.*got str 'abc'"),
+        ({"key": [0, 1]}, "key must be a JAX PRNG key"),
+        ({"key": jax.random.split(jax.random.key(0), 2)}, "single PRNG key"),
         ({"target_accept_prob": 1.5}, "target_accept_prob"),
         ({"calibrator": jaxcal.IsotonicCalibration()}, "parametric"),
         ({"scores": [0.5, 0.5, 0.5, 0.5]}, "equal"),

@@ -40,6 +40,7 @@ AFFINE = {
     "HistogramBinning": jaxcal.HistogramBinning,
     "ENIR": jaxcal.ENIR,
     "SmoothedIsotonic": jaxcal.SmoothedIsotonic,
+    "BBQ": jaxcal.BBQ,  # scores outside [0, 1]: its "rank" prior reads their order alone
 }
 SCALE_ONLY = {"TemperatureScaling": jaxcal.TemperatureScaling}
 SCALINGS = {"x1e20": 1e20, "x1e300": 1e300, "x1e-300": 1e-300}
@@ -139,14 +140,14 @@ def test_neural_calibration_beyond_the_working_range():
 
 
 def test_float32_bbq_on_extreme_scores():
-    """BBQ is not scale-equivariant (its prior reads scores as logits); its float32 fit on
-    scores beyond float32's range is its float64 fit, and bins far beyond the training
-    range hold the last bin's value, however far."""
+    """BBQ on scores outside [0, 1] depends on their order alone (its "rank" prior); its
+    float32 fit on scores beyond float32's range is its float64 fit, and bins far beyond
+    the training range hold the last bin's value, however far."""
     s, y, x = _data()
     with jax.enable_x64(False):
         p1, p2 = (
             np.asarray(jaxcal.BBQ().fit(np.ldexp(s, e), y).predict(np.ldexp(x, e)))
-            for e in (600, 700)  # prior means saturate at both: the same fit
+            for e in (600, 700)  # the same order: the same fit
         )
         np.testing.assert_array_equal(p1, p2)
         p32 = np.asarray(jaxcal.BBQ().fit(s * 1e300, y).predict(x * 1e300), np.float64)

@@ -3,6 +3,7 @@ enumeration of block partitions, and monotonicity / rank properties (hypothesis)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 
@@ -304,10 +305,16 @@ def test_predict_inside_jit_and_save_load(tmp_path):
         np.testing.assert_allclose(np.asarray(inside), np.asarray(cal.predict(q)), rtol=4e-16)
         cal.save(tmp_path / "iso.npz")
         back = jaxcal.load(tmp_path / "iso.npz")
-        assert isinstance(back, FittedIsotonic) and back == back
-        np.testing.assert_array_equal(np.asarray(back.knots_x), np.asarray(cal.knots_x))
-        np.testing.assert_array_equal(np.asarray(back.knots_y), np.asarray(cal.knots_y))
-        assert (back.increasing, back.interpolation) == (cal.increasing, cal.interpolation)
+        assert type(back) is FittedIsotonic
+        assert jax.tree.structure(back) == jax.tree.structure(cal)  # static fields included
+        for field in dataclasses.fields(cal):  # every field, array or setting, as fitted
+            a, b = getattr(cal, field.name), getattr(back, field.name)
+            for old, new in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+                assert np.asarray(new).dtype == np.asarray(old).dtype, field.name
+                np.testing.assert_array_equal(np.asarray(new), np.asarray(old), field.name)
+            if not jax.tree.leaves(a):
+                assert b == a, field.name
+        np.testing.assert_array_equal(np.asarray(back.predict(q)), np.asarray(cal.predict(q)))
 
 
 @pytest.mark.parametrize(

@@ -219,8 +219,10 @@ def test_smoothed_isotonic_and_calibrator_knots_do_not_depend_on_the_weight_scal
         for scale in (2.0**-1000, 2.0**900, 2.0**-1070):
             scaled = make().fit(s, y, sample_weight=w * scale)
             if scale == 2.0**-1070:  # subnormal inputs are rounded; the fit is close
+                # weights of 2**-1070 keep 2-3 bits (each off by up to 16%): the maps move by
+                # up to 1.5e-3 (measured)
                 np.testing.assert_allclose(
-                    np.asarray(scaled.predict(s)), np.asarray(base.predict(s)), atol=1e-2
+                    np.asarray(scaled.predict(s)), np.asarray(base.predict(s)), atol=5e-3
                 )
                 continue
             np.testing.assert_array_equal(np.asarray(scaled.knots_x), np.asarray(base.knots_x))

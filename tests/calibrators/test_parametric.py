@@ -29,7 +29,7 @@ from jaxcal.calibrators.gaussian import GaussianCalibration
 from jaxcal.calibrators.platt import PlattScaling
 from jaxcal.calibrators.temperature import TemperatureScaling
 from jaxcal.fitting.linear import _solve_batch_jit, _solve_jit, _solve_native_jit
-from jaxcal.fitting.solver import DIVERGED, ConvergenceWarning
+from jaxcal.fitting.solver import DIVERGED, ConvergenceWarning, SeparableDataWarning
 
 N = 400
 OBJ_RTOL = 1e-6  # objective vs scipy (relative)
@@ -278,7 +278,8 @@ def test_every_fitted_map_is_monotone_on_the_training_range(
     y = (rng.uniform(size=N) < 1 / (1 + np.exp(-(curvature * u**2 + slope * u)))).astype(float)
     y[:2] = [0.0, 1.0]  # both classes
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # separable draws (l2 = 0)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", SeparableDataWarning)  # separable draws (l2 = 0)
         fitted = ESTIMATORS[name](l2=l2).fit(s, y)
     grid = np.linspace(s.min(), s.max(), 4001)
     z = np.asarray(fitted.logit(grid))

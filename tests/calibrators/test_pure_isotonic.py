@@ -15,12 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.stats import spearmanr
 from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
 from jaxcal._fitdata import PureFitData
 from jaxcal._native import ENV, pav_cpu_available
 from jaxcal.calibrators import _enir_path
+from jaxcal.calibrators.isotonic import check_increasing, increasing_pure
 from jaxcal.fitting.isotonic import isotonic_regression_in_program
 from tests._composition import (
     assert_exports,
@@ -280,10 +282,74 @@ def test_out_of_bounds_raise_gives_nan_under_a_trace():
         fitted.predict(q)
 
 
-def test_auto_direction_is_refused_under_a_trace():
-    s, y = problem(50)
-    with pytest.raises(ValueError, match="increasing='auto'"):
-        jax.jit(jaxcal.IsotonicCalibration(increasing="auto").fit)(s, y)
+AUTO = [
+    jaxcal.IsotonicCalibration(increasing="auto"),
+    jaxcal.IsotonicCalibration(increasing="auto", interpolation="step", out_of_bounds="nan"),
+]
+
+
+@pytest.mark.parametrize("cal", AUTO, ids=repr)
+def test_auto_direction_composes(cal):
+    """``increasing="auto"`` inside a trace: the sign of the weighted Spearman correlation,
+    computed in the program, is ``check_increasing``'s (the eager fit's) in both directions;
+    ``jit`` equals the eager estimator, ``vmap`` over problems of both directions a loop of
+    eager fits, and the program exports; invalid data gives NaN."""
+    s, y = problem(150)
+    for labels in (y, 1 - y):
+        assert_jit_matches_eager(cal, s, labels)
+    S, Y = _batch(100)
+    Y[1] = 1 - Y[1]  # a decreasing problem between two increasing ones
+    fitted = jax.vmap(cal.fit)(S, Y)
+    assert fitted.increasing == "auto"
+    eager = [check_increasing(s, y) for s, y in zip(S, Y, strict=True)]
+    assert eager == [True, False, True]
+    np.testing.assert_array_equal(np.asarray(fitted.sign), np.where(eager, 1.0, -1.0))
+    assert_vmap_matches_loop(cal, S, Y)
+    assert_exports(cal, s, 1 - y)
+    assert_nan_policy(cal, s, 1 - y)
+
+
+# weak correlations are the point here: check_increasing warns that their direction is unsure
+@pytest.mark.filterwarnings("ignore:the 95% confidence interval:UserWarning")
+def test_auto_direction_matches_check_increasing_on_weak_and_tied_data():
+    """The traced direction against ``check_increasing`` where it is hardest to get right:
+    weak correlations (about half of the problems each way), tied scores and targets,
+    integer and zero weights, and constant targets (undefined correlation: increasing)."""
+    rng = np.random.default_rng(11)
+    n, m = 24, 60
+    x = np.round(rng.normal(size=(m, n)), 1)
+    t = rng.integers(0, 2, (m, n)).astype(float)
+    w = rng.integers(0, 3, (m, n)).astype(float)
+    w[:, 0] = 1.0
+    t[-1] = 1.0  # constant targets
+    traced = np.asarray(jax.jit(jax.vmap(increasing_pure))(x, t, w))
+    eager = np.array([check_increasing(*row) for row in zip(x, t, w, strict=True)])
+    np.testing.assert_array_equal(traced, eager)
+    assert 0.25 < eager.mean() < 0.95 and eager[-1]
+    # integer weights act as repeated points: scipy's Spearman correlation of the repeats
+    for xi, ti, wi, up in zip(x[:10], t[:10], w[:10], traced[:10], strict=True):
+        k = wi.astype(int)
+        rho = spearmanr(np.repeat(xi, k), np.repeat(ti, k)).statistic
+        assert up == (rho >= 0)
+
+
+def test_auto_direction_derivative_and_saved_file(tmp_path):
+    """A decreasing ``"auto"`` fit differentiates in the scores as the map it is (central
+    differences), and its fitted map, with its ``sign``, saves and loads exactly."""
+    s, y = problem(100, seed=8)
+    y = 1 - y
+    cal = jaxcal.IsotonicCalibration(increasing="auto")
+    grid = grid_of(s, 23)
+    v = 0.1 * np.random.default_rng(8).normal(size=s.size)
+    tangent = assert_jvp_matches_fd(jax.jit(lambda s: cal.fit(s, y).predict(grid)), s, v)
+    assert np.any(np.abs(np.asarray(tangent)) > 1e-3)
+    fitted = jax.jit(cal.fit)(s, y)
+    fitted.save(tmp_path / "auto.npz")
+    again = jaxcal.load(tmp_path / "auto.npz")
+    assert again.increasing == "auto" and float(again.sign) == -1.0
+    np.testing.assert_array_equal(np.asarray(again.predict(grid)), np.asarray(fitted.predict(grid)))
+    eager = np.asarray(cal.fit(s, y).predict(grid))
+    np.testing.assert_allclose(np.asarray(again.predict(grid)), eager, atol=EXACT)
 
 
 # --- SmoothedIsotonic --------------------------------------------------------------------

@@ -219,15 +219,30 @@ def test_batched_fits_equal_a_loop(cross_folds):
 
 
 def test_default_folds_are_stratified_and_seeded():
+    """Each fold's calibration points, read back from the fitted tables (all scores
+    distinct, so a fold's runs are its points), hold the classes in the proportion of the
+    whole set to within one example, for several fold counts, seeds and base rates; the
+    same seed gives the same folds, another seed other folds."""
     rng = np.random.default_rng(8)
-    s, y = rng.normal(size=101), rng.integers(0, 2, 101)
+    s = rng.normal(size=101)
+    for rate, k, seed in [(0.5, 4, 1), (0.3, 3, 0), (0.1, 5, 7), (0.7, 2, 3), (0.25, 7, 11)]:
+        y = (rng.uniform(size=101) < rate).astype(int)
+        y[:2] = [0, 1]
+        fitted = jaxcal.VennAbers(cross_folds=k, seed=seed).fit(s, y)
+        label = dict(zip(np.asarray(fitted.scaling.apply(s)).tolist(), y, strict=True))
+        edges = np.asarray(fitted.edges)
+        start, count = np.asarray(fitted.run_start)[:k], np.asarray(fitted.run_count)[:k]
+        folds = [edges[a : a + c].tolist() for a, c in zip(start, count, strict=True)]
+        assert sorted(e for f in folds for e in f) == sorted(label)  # a partition of the set
+        for f in folds:
+            positives = sum(label[e] for e in f)
+            assert abs(positives - len(f) * y.mean()) < 1, (rate, k, seed, positives, len(f))
+        assert max(map(len, folds)) - min(map(len, folds)) <= 2
     a = jaxcal.VennAbers(cross_folds=4, seed=1).fit(s, y)
     b = jaxcal.VennAbers(cross_folds=4, seed=1).fit(s, y)
     c = jaxcal.VennAbers(cross_folds=4, seed=2).fit(s, y)
     assert np.array_equal(np.asarray(a.predict(s)), np.asarray(b.predict(s)))
     assert not np.array_equal(np.asarray(a.predict(s)), np.asarray(c.predict(s)))
-    counts = np.asarray(a.run_count)[:4]  # all scores distinct: runs = points per fold
-    assert counts.sum() == 101 and counts.max() - counts.min() <= 2
 
 
 def test_save_load_jit_and_no_recompile(tmp_path, compiles):

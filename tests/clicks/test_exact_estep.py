@@ -193,3 +193,36 @@ def test_rank_major_copies_equal_on_the_fly_transposes(name):
     a, b = stats_fn(params, full), stats_fn(params, bare)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_allclose(x, y, rtol=EXACT, atol=EXACT)
+
+
+def test_ccm_stats_equal_bruteforce():
+    """The CCM E-step sums its posteriors inside the forward scan: its pair sums, transition
+    sums and log-likelihood equal the weighted sums of the enumerated posteriors (sessions
+    of several lengths and weights, pairs shared between sessions and ranks)."""
+    from jaxcal.clicks._em import make_batch
+    from jaxcal.clicks.ccm import ccm_stats
+
+    rng = np.random.default_rng(31)
+    n, S, n_pairs = 4, 24, 6
+    clicks, mask = _sessions_for(rng, S, n)
+    qd = np.where(mask, rng.integers(0, n_pairs - 1, (S, n)), n_pairs - 1)
+    weight = rng.integers(1, 4, S).astype(float)
+    alpha, tau = rng.uniform(0.05, 0.95, n_pairs), rng.uniform(0.05, 0.95, 3)
+    params = {"alpha": jnp.asarray(alpha), "tau": jnp.asarray(tau)}
+    stats, ll = jax.jit(ccm_stats)(params, make_batch(qd, clicks, mask, weight, None))
+    num, den = np.zeros(n_pairs), np.zeros(n_pairs)
+    tau_num, tau_den, loglik = np.zeros(3), np.zeros(3), 0.0
+    for s in range(S):
+        k = int(mask[s].sum())
+        ids, c = qd[s, :k], clicks[s, :k]
+        bf = posterior("CCM", alpha[ids], {"tau": tau}, c)
+        np.add.at(num, ids, weight[s] * (bf["p_attr"] + c * bf["p_x"]))  # P(R = 1 | C) on clicks
+        np.add.at(den, ids, weight[s] * (1 + c))
+        tau_num += weight[s] * bf["tau_num"].sum(axis=1)
+        tau_den += weight[s] * bf["tau_den"].sum(axis=1)
+        loglik += weight[s] * bf["loglik"]
+    np.testing.assert_allclose(stats["alpha"][0], num, atol=EXACT)
+    np.testing.assert_allclose(stats["alpha"][1], den, atol=EXACT)
+    np.testing.assert_allclose(stats["tau"][0], tau_num, atol=EXACT)
+    np.testing.assert_allclose(stats["tau"][1], tau_den, atol=EXACT)
+    np.testing.assert_allclose(float(ll), loglik, atol=EXACT)

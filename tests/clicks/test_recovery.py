@@ -105,8 +105,10 @@ def test_position_models_recover_identified_quantities(fits, name):
     g, g_true = np.asarray(fitted.params["gamma"]), p["gamma"]
     if name == "PBM":
         prod, true = alpha[..., None] * g, p["alpha"][..., None] * g_true
+        # ~400 impressions per (query, doc, rank) cell: binomial SE up to 0.026 (max error 0.027)
         np.testing.assert_allclose(prod, true, atol=0.05)
-        np.testing.assert_allclose(g / g[0], g_true / g_true[0], atol=0.03)
+        # a gamma pools its rank's 3e4 impressions (max error 7e-3)
+        np.testing.assert_allclose(g / g[0], g_true / g_true[0], atol=0.015)
     else:
         # cells (r, r') with enough visits: every (q, d) at that cell
         clicks = np.asarray(log.clicks)
@@ -119,6 +121,8 @@ def test_position_models_recover_identified_quantities(fits, name):
         assert busy.sum() >= 10
         prod = alpha[..., None, None] * g
         true = p["alpha"][..., None, None] * g_true
+        # a product rests on ~50 impressions of its (pair, rank, last click) cell: binomial SE
+        # up to 0.06 (measured: max error 0.056, at most 2.1 SE)
         np.testing.assert_allclose(prod[..., busy], true[..., busy], atol=0.06)
 
 

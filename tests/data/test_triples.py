@@ -100,3 +100,59 @@ def test_concat_of_a_partition_rebuilds_the_matrix():
         x.concat(Interactions.from_dense(np.ones((6, 8), int)))
     with pytest.raises(ValueError, match="must be Interactions"):
         x.concat(dense)
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"1 2 3\n" + str(2**70).encode() + b" 2 3\n", "line 2: .*fit in int64"),
+        (b"1 2 3\n1 " + str(-(2**64)).encode() + b" 3\n", "line 2: .*fit in int64"),
+        (b"1 2 3\n\x80\x81\x82 4 5\n", "line 2: not UTF-8 text \\(byte 0x80 at column 1\\)"),
+        (b"\x00\x01\x02\x03\n", "line 1: expected"),
+        (b"1 2 3\n4 5 6\n\n7 8 \xc3\n", "line 4: not UTF-8 text \\(byte 0xc3 at column 5\\)"),
+    ],
+)
+def test_unreadable_lines_name_the_file_and_the_line(tmp_path, content, match):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=match) as info:
+        load_triples(path)
+    assert str(path) in str(info.value)
+
+
+def test_random_bytes_give_triples_or_one_value_error(tmp_path):
+    """Fuzz: any bytes are read as triples or refused with a ValueError naming the file,
+    never another exception (a decoding or overflow error from inside NumPy or Python)."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "fuzz.bin"
+    alphabet = np.frombuffer(b"0123456789 \t\n-#", np.uint8)
+    for k in range(300):
+        n = int(rng.integers(0, 60))
+        if k % 2:  # arbitrary bytes
+            content = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        else:  # digits, separators and the odd stray byte: some files parse
+            content = rng.choice(alphabet, n).tobytes()
+            if k % 4 == 0 and n:
+                content += bytes([int(rng.integers(128, 256))])
+        path.write_bytes(content)
+        try:
+            x = load_triples(path)
+        except ValueError as exc:
+            assert str(path) in str(exc)
+        else:
+            assert x.size > 0 and x.n_users > int(x.user.max())
+
+
+def test_ids_beyond_a_pair_key_still_find_duplicates(tmp_path):
+    """Ids whose matrix has more than 2**63 cells (no int64 key per pair): duplicate pairs are
+    still found, and distinct ones kept (oracle: a Python set of the pairs)."""
+    big = 2**62
+    pairs = [(big, 1), (1, big), (big, 1)]
+    path = tmp_path / "big.txt"
+    path.write_text("".join(f"{u} {i} 1\n" for u, i in pairs))
+    with pytest.raises(ValueError, match=rf"pair \({big}, 1\) occurs 2 times"):
+        load_triples(path)
+    path.write_text("".join(f"{u} {i} 1\n" for u, i in pairs[:2]))
+    x = load_triples(path)
+    assert set(zip(x.user.tolist(), x.item.tolist(), strict=True)) == set(pairs[:2])
+    assert (x.n_users, x.n_items) == (big + 1, big + 1)

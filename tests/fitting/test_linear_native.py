@@ -185,7 +185,32 @@ def test_families_beyond_the_kernel_sizes_run_the_solver_loops(monkeypatch):
     family, args = _problem("gaussian", "reversed", 11)
     args = tuple(a[:1234] if np.ndim(a) else a for a in args)  # a size no other test uses
     monkeypatch.setattr(linear, "_KERNEL_MAX_ROWS", 0)
-    theta, _, status = jax.tree.map(np.asarray, linear._solve_native_jit(family, *args))
+    theta, _, status, retry = jax.tree.map(np.asarray, linear._solve_native_jit(family, *args))
+    assert not retry
     ref_theta, _, ref = _fit(family, args, native=False)
     np.testing.assert_allclose(theta, ref_theta, rtol=1e-12, atol=1e-12)
     assert int(status.n_iter) == int(ref.n_iter) and np.any(status.active)
+
+
+@pytest.mark.parametrize(("name", "seed"), [("gaussian", 18), ("gamma", 51)])
+def test_a_kernel_answer_that_fails_its_kkt_certificate_is_solved_again(name, seed):
+    """Positives in the middle of the range and negatives at both ends: the unconstrained
+    quadratic separates them, and the kernel, warm-started on a constraint's face at
+    saturated logits, once stopped there on a negative Newton decrement and reported
+    "converged" at an objective 1,000 times the optimum. ``fit`` now takes only a certified
+    kernel answer: its result is the constrained optimum (the KKT conditions and scipy's
+    SLSQP, on features re-derived in NumPy)."""
+    from tests.calibrators.test_parametric import kkt_check, objective, oracle_design, scipy_fit
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(6, 30))
+    s = rng.normal(size=n) * 10 ** rng.uniform(-1, 1)
+    y = (np.abs(s - np.median(s)) < np.std(s) * 0.5).astype(float)
+    y[:2] = [0.0, 1.0]
+    fitted = FAMILIES[name][0]().fit(s, y)
+    assert int(fitted.status.code) == CONVERGED
+    theta = np.asarray(fitted.theta)
+    X, C, icpt = oracle_design(name, s, s.min(), s.max())
+    kkt_check(theta, X, y, np.ones(n), C, 0.0, icpt)
+    ref = scipy_fit(X, y, np.ones(n), C, 0.0, icpt)
+    assert objective(theta, X, y, np.ones(n), 0.0, icpt) <= ref.fun * (1 + 1e-9)

@@ -100,6 +100,15 @@ def _rating_errors_data(seed: int):
     return ratings + rng.choice([-1.0, 1.0], N) * rng.uniform(0.1, 1.5, N), ratings, w
 
 
+def _segments_data(seed: int):
+    """:func:`_probs_data` and ``[4, N]`` boolean segment masks (overlapping)."""
+    p, y, w = _probs_data(seed)
+    rng = np.random.default_rng(seed + 400)
+    group = rng.integers(0, 3, N)
+    masks = np.stack([np.ones(N, bool), group == 0, group == 1, (group == 1) | (p > 0.5)])
+    return p, y, w, masks
+
+
 def _scores_data(seed: int):
     p, y, w = _tied_probs_data(seed)
     return 3.0 * p - 1.0, y, w
@@ -145,6 +154,13 @@ def _with_groups(fn, **options):
     return call
 
 
+def _with_segments(fn, **options):
+    def call(p, y, w, masks):
+        return fn(p, y, segments=masks, sample_weight=w, **options)
+
+    return call
+
+
 def _from_counts(fn, **options):
     def call(s, y, w):
         return fn(M.score_counts(s, y, w), **options)
@@ -153,6 +169,8 @@ def _from_counts(fn, **options):
 
 
 PROBS_BAD = ((0, np.nan), (0, 1.5), (1, 2.0), (2, -1.0))
+#: functions of tables and readable text, not of arrays: no traced path
+HOST_ONLY = {"segment_masks", "segment_report"}
 SCORE_BAD = ((0, np.nan), (0, np.inf), (1, 2.0), (2, -1.0))
 
 CASES = [
@@ -412,6 +430,24 @@ CASES = [
         _tied_probs_data,
         ((0, 1.5), (1, -0.5)),
     ),
+    Case("ecce", ("ecce",), _weighted(M.ecce), _probs_data, PROBS_BAD, grad=True, export=True),
+    Case(
+        "ecce-ties",
+        ("ecce", "ecce_sigma", "ecce_pvalue"),
+        _weighted(lambda *a, **k: tuple(f(*a, **k) for f in (M.ecce, M.ecce_sigma, M.ecce_pvalue))),
+        _tied_probs_data,
+        PROBS_BAD,
+    ),
+    Case("ecce_sigma", ("ecce_sigma",), _weighted(M.ecce_sigma), _probs_data, PROBS_BAD, grad=True),
+    Case("ecce_pvalue", ("ecce_pvalue",), _weighted(M.ecce_pvalue), _probs_data, PROBS_BAD),
+    Case(
+        "multicalibration_error",
+        ("multicalibration_error",),
+        _with_segments(M.multicalibration_error),
+        _segments_data,
+        (*PROBS_BAD, (3, 0.5)),
+        export=True,
+    ),
 ]
 
 
@@ -592,7 +628,7 @@ def _public_metric_functions() -> list[str]:
     names = []
     for name in M.__all__:
         obj = getattr(M, name)
-        if isinstance(obj, types.ModuleType) or inspect.isclass(obj):
+        if isinstance(obj, types.ModuleType) or inspect.isclass(obj) or name in HOST_ONLY:
             continue
         names.append(name)
     top = {id(getattr(M, n)) for n in names}

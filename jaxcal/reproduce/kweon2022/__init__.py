@@ -103,16 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``jaxcal reproduce kweon2022``."""
     protocols = PROTOCOLS if args.protocol == "all" else (args.protocol,)
+    # the options whose command-line names are reproduce()'s
+    same = {name: getattr(args, name) for name in ("quick", "seed", "yahoo_dir", "holdout")}
     reproduce(
         args.dataset,
         args.out,
         protocols=protocols,
-        quick=args.quick,
-        seed=args.seed,
-        yahoo_dir=args.yahoo_dir,
-        holdout=args.holdout,
         absolute=args.absolute,
         figures=not args.no_figures,
         quiet=args.quiet,
+        **same,
     )
     return 0
