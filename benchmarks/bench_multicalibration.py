@@ -16,11 +16,12 @@ Protocol, fixed before the run:
   effect), ``sim-sparse`` (100 countries, a stronger cell), ``sim-numeric`` (no categorical
   effect, a stronger age effect, milder over-confidence); ``sim`` at 1e4, 1e5 and 1e6
   training rows, the other two at 1e5, with as many test rows; Coat (scores of a BPR-MF
-  model trained on the missing-not-at-random training ratings, on the random test ratings, label: rating >= 4; calibrated on half of
-  the test users' ratings, judged on the other half; features: the users' and items'
-  categorical attributes) and the TianGong-ST click log (base probabilities: a PBM fitted on
-  half of the training sessions; calibrated on the other half and the validation sessions,
-  judged on the test sessions; features: the query and the rank);
+  model trained on the missing-not-at-random training ratings, on the random test ratings,
+  label: rating >= 4; calibrated on half of the test users' ratings, judged on the other
+  half; features: the users' and items' categorical attributes) and the TianGong-ST click
+  log (base probabilities: a PBM fitted on half of the training sessions; calibrated on the
+  other half and the validation sessions, judged on the test sessions; features: the query
+  and the rank);
 * seeds: 5 (``--seeds``); the simulations draw new data per seed, Coat and TianGong-ST a new
   split (and, for Coat, a new start of the ranking model); the table gives the mean and, in
   brackets, the range over seeds;
