@@ -42,7 +42,10 @@ class FittedMulticalibrationBoosting(FittedCalibrator):
         encoder: the :class:`~jaxcal._features.FeatureEncoder` of the feature table
             (``None`` without features, or after the pure fit on codes).
         n_levels: codes of each feature column (the checks of ``predict_codes``).
-        score_type: ``"logit"`` or ``"probability"``.
+        score_type: ``"logit"`` or ``"probability"`` (``"auto"`` after a pure fit with
+            ``score_type="auto"`` on traced scores: ``probability_input`` holds the choice).
+        probability_input: bool (per problem), whether the training scores were taken as
+            probabilities (``score_type="auto"`` only; else ``None``).
 
     A fitted batch (:meth:`MulticalibrationBoosting.fit_batch`) has a leading problem axis
     on every array except the encoder's (one encoder for all problems).
@@ -57,6 +60,7 @@ class FittedMulticalibrationBoosting(FittedCalibrator):
     n_rounds: jax.Array
     cv_loss: jax.Array
     encoder: FeatureEncoder | None = None
+    probability_input: jax.Array | None = None
     n_levels: tuple = static_field(default=())
     score_type: str = static_field(default="logit")
 
@@ -100,7 +104,7 @@ class FittedMulticalibrationBoosting(FittedCalibrator):
         return self._output(scores, features, probability=False)
 
     def _output(self, scores: ArrayLike, features: Any, *, probability: bool) -> jax.Array:
-        if _shapes.is_traced(scores):
+        if _shapes.is_traced(scores) or self.score_type == "auto":
             shape = jnp.shape(scores)
             flat = jnp.reshape(scores, (-1,))
             codes = self.codes(None if features is None else _flat_table(features), n=flat.shape[0])
@@ -144,14 +148,21 @@ class FittedMulticalibrationBoosting(FittedCalibrator):
         return jnp.where(bad, jnp.nan, out)
 
     def _logit_pure(self, s: jax.Array, codes: jax.Array) -> jax.Array:
-        z, _ = logits_pure(s, self.score_type)
+        flag = self.probability_input
+        if flag is not None and self.batch_shape:  # one choice per problem of a batch
+            flag = jnp.reshape(flag, (*self.batch_shape,) + (1,) * (jnp.ndim(s) - 1))
+        z, _ = logits_pure(s, self.score_type, flag)
         ok = jnp.isfinite(s)
         if self.score_type == "probability":
             ok = ok & (s >= 0) & (s <= 1)
+        elif self.score_type == "auto":
+            ok = ok & (~flag | ((s >= 0) & (s <= 1)))
         if self.batch_shape:
             out = jax.vmap(predict_logit)(self._boosted(), codes, z)
         else:
-            out = predict_logit(self._boosted(), codes.reshape(-1, codes.shape[-1]), z.reshape(-1))
+            out = predict_logit(
+                self._boosted(), codes.reshape(z.size, codes.shape[-1]), z.reshape(-1)
+            )
             out = out.reshape(s.shape)
         return jnp.where(ok, out, jnp.nan)
 
@@ -199,7 +210,9 @@ def _predict_batch_program(model: Boosted, codes, logits, *, probability: bool):
     return jax.nn.sigmoid(z) if probability else z
 
 
-def fitted(model: Boosted, encoder, n_levels, score_type) -> FittedMulticalibrationBoosting:
+def fitted(
+    model: Boosted, encoder, n_levels, score_type, *, probability_input=None
+) -> FittedMulticalibrationBoosting:
     trees = model.trees
     return FittedMulticalibrationBoosting(
         split_features=trees.features,
@@ -213,6 +226,7 @@ def fitted(model: Boosted, encoder, n_levels, score_type) -> FittedMulticalibrat
         encoder=encoder,
         n_levels=tuple(n_levels),
         score_type=score_type,
+        probability_input=probability_input,
     )
 
 

@@ -23,7 +23,7 @@ __all__ = [
     "histogram_width",
 ]
 
-SCORE_TYPES = ("logit", "probability")
+SCORE_TYPES = ("auto", "logit", "probability")
 
 
 def _integer(value: Any, name: str, minimum: int) -> None:
@@ -87,6 +87,23 @@ def categorical_flags(encoder: FeatureEncoder | None) -> np.ndarray:
     return np.array([k == CATEGORICAL for k in kinds], bool)
 
 
+def resolve_score_type(score_type: str, scores: Any) -> str:
+    """``"auto"`` made concrete from concrete training scores: ``"probability"`` when every
+    finite one lies in [0, 1], else ``"logit"``. Traced scores keep ``"auto"``: the program
+    decides (:func:`probability_flag`)."""
+    if score_type != "auto" or isinstance(scores, jax.core.Tracer):
+        return score_type
+    s = np.asarray(scores, np.float64)
+    s = s[np.isfinite(s)]
+    return "probability" if ((s >= 0) & (s <= 1)).all() else "logit"
+
+
+def probability_flag(scores: jax.Array) -> jax.Array:
+    """``"auto"`` inside a program: whether every finite training score lies in [0, 1]."""
+    inside = (scores >= 0) & (scores <= 1)
+    return jnp.all(jnp.where(jnp.isfinite(scores), inside, True))
+
+
 def logits_host(scores: np.ndarray, score_type: str, dtype: Any) -> np.ndarray:
     """Logits of checked scores in NumPy (probabilities clipped to ``[eps, 1 - eps]`` of
     ``dtype``, so that 0 and 1 give finite logits)."""
@@ -103,14 +120,20 @@ def logits_host(scores: np.ndarray, score_type: str, dtype: Any) -> np.ndarray:
     return s.astype(dtype)
 
 
-def logits_pure(scores: jax.Array, score_type: str) -> tuple[jax.Array, jax.Array]:
-    """:func:`logits_host` in JAX, and whether any score was out of the domain."""
+def logits_pure(
+    scores: jax.Array, score_type: str, flag: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`logits_host` in JAX, and whether any score was out of the domain (``"auto"``:
+    ``flag`` says whether the scores are probabilities)."""
     if score_type == "logit":
         return scores, ~jnp.all(jnp.isfinite(scores))
     eps = jnp.finfo(scores.dtype).eps
     p = jnp.clip(scores, eps, 1 - eps)
-    bad = ~jnp.all((scores >= 0) & (scores <= 1))
-    return jnp.log(p) - jnp.log1p(-p), bad
+    z = jnp.log(p) - jnp.log1p(-p)
+    inside = (scores >= 0) & (scores <= 1)
+    if score_type == "auto":
+        return jnp.where(flag, z, scores), ~jnp.all(jnp.where(flag, inside, jnp.isfinite(scores)))
+    return z, ~jnp.all(inside)
 
 
 def check_codes(codes: Any, n: int, n_levels: tuple[int, ...] | None, *, name: str = "codes"):

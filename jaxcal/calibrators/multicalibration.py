@@ -10,7 +10,8 @@ correction is a boosted sum of small trees on the logit, whose trees split on th
 .. math:: q(s, x) = \sigma\Bigl(a \bigl(F_0(s) + \eta \textstyle\sum_{t=1}^{T} f_t(x, s)\bigr)
           + b\Bigr),
 
-where :math:`F_0 = \operatorname{logit}(s)` (or the score itself with ``score_type="logit"``),
+where :math:`F_0 = \operatorname{logit}(s)` for probabilities (or the score itself for logits,
+``score_type="logit"``; ``"auto"`` tells them apart by the range of the training scores),
 each :math:`f_t` is an oblivious tree (:mod:`jaxcal.fitting.trees`) fitted to the gradient
 and Hessian of the weighted log loss (``jaxcal.losses``) at the current logits, with Newton
 leaf values :math:`-G/(H + \lambda)` and shrinkage :math:`\eta`; :math:`T` minimises the
@@ -91,6 +92,8 @@ from jaxcal.calibrators._multicalibration_inputs import (
     histogram_width,
     logits_host,
     logits_pure,
+    probability_flag,
+    resolve_score_type,
 )
 from jaxcal.fitting.trees import TreeOptions
 
@@ -142,9 +145,11 @@ class MulticalibrationBoosting:
         early_stopping: choose the number of trees by cross-validation (else fit all
             ``n_rounds``).
         patience: rounds without a better held-out loss before the search stops.
-        score_type: ``"logit"`` (scores are uncalibrated logits, the default of jaxcal's
-            calibrators) or ``"probability"`` (scores in [0, 1], MCGrad's input; clipped to
-            machine epsilon before the logit).
+        score_type: ``"probability"`` (scores in [0, 1], as MCGrad takes them; clipped to
+            machine epsilon before the logit), ``"logit"`` (any real scores, taken as
+            logits), or ``"auto"`` (the default: ``"probability"`` when every training score
+            lies in [0, 1], else ``"logit"``; the fitted map keeps the choice; inside ``jit``
+            / ``vmap`` the program makes it, per problem).
 
     Example:
         A base model whose probabilities miss a per-country offset and are over-confident
@@ -181,7 +186,7 @@ class MulticalibrationBoosting:
     n_folds: int = 5
     early_stopping: bool = True
     patience: int = 10
-    score_type: str = "logit"
+    score_type: str = "auto"
 
     #: ``fit`` takes a feature table after the labels (``jaxcal.sklearn`` passes ``X[:, 1:]``)
     takes_features: ClassVar[bool] = True
@@ -263,7 +268,8 @@ class MulticalibrationBoosting:
         data = prepare_fit(s, labels, sample_weight=sample_weight, propensity=propensity, loss=loss)
         n = s.shape[0]
         dtype = jnp.result_type(float)
-        logits = logits_host(s, self.score_type, dtype)
+        score_type = resolve_score_type(self.score_type, s)
+        logits = logits_host(s, score_type, dtype)
         codes, encoder = encode_table(
             features, n, categorical=categorical, numeric=numeric, n_bins=self.n_bins
         )
@@ -281,7 +287,7 @@ class MulticalibrationBoosting:
         model = _fit_program(
             x, z, t, w, categorical_flags(encoder), rates, patience, **self._static(n_levels)
         )
-        return eager_fitted(model, encoder, n_levels, self.score_type)
+        return eager_fitted(model, encoder, n_levels, score_type)
 
     def fit_pure(
         self,
@@ -330,11 +336,13 @@ class MulticalibrationBoosting:
             raise ValueError(
                 f"categorical must be {d} flags, one per column; got shape {cat.shape}."
             )
-        logits, bad_scores = logits_pure(data.scores, self.score_type)
+        score_type = resolve_score_type(self.score_type, scores)
+        flag = probability_flag(data.scores) if score_type == "auto" else None
+        logits, bad_scores = logits_pure(data.scores, score_type, flag)
         rates, patience = self._rates(jnp.asarray, data.scores.dtype)
         args = (x, logits, data.targets, data.weights, cat, rates, patience)
         model = _boost(*args, **self._static(n_levels))
-        result = fitted(model, None, n_levels, self.score_type)
+        result = fitted(model, None, n_levels, score_type, probability_input=flag)
         return poison(result, data.invalid | bad_codes | bad_scores)
 
     def fit_batch(
@@ -379,7 +387,8 @@ class MulticalibrationBoosting:
         )
         P, n = s.shape
         dtype = jnp.result_type(float)
-        logits = logits_host(np.where(w > 0, s, s[:, :1]), self.score_type, dtype)
+        score_type = resolve_score_type(self.score_type, s[w > 0])
+        logits = logits_host(np.where(w > 0, s, s[:, :1]), score_type, dtype)
         codes, encoder = _encode_batch(features, s.shape, w > 0, categorical, numeric, self.n_bins)
         n_levels = () if encoder is None else encoder.n_levels
         # rows padded with zero weight, problems with copies of the first (sliced off)
@@ -400,7 +409,7 @@ class MulticalibrationBoosting:
             patience,
             **self._static(n_levels),
         )
-        return eager_fitted(model, encoder, n_levels, self.score_type, n_problems=P)
+        return eager_fitted(model, encoder, n_levels, score_type, n_problems=P)
 
 
 def _encode_batch(features, shape, keep, categorical, numeric, n_bins):

@@ -64,7 +64,13 @@ def test_one_depth_one_round_is_the_newton_step():
     s = np.zeros(n)
     l2 = 2.0
     cal = MulticalibrationBoosting(
-        max_depth=1, n_rounds=1, early_stopping=False, learning_rate=1.0, l2=l2, min_samples=1
+        max_depth=1,
+        n_rounds=1,
+        early_stopping=False,
+        learning_rate=1.0,
+        l2=l2,
+        min_samples=1,
+        score_type="logit",  # zeros are logits here (in [0, 1], "auto" would read probabilities)
     ).fit(s, y, {"c": c})
     g, h = 0.5 - y, np.full(n, 0.25)  # gradient and Hessian of the log loss at logit 0
 
@@ -241,6 +247,36 @@ def test_new_sizes_in_a_bucket_and_new_rates_compile_nothing(compiles):
             )
             jax.block_until_ready(new.fit(s, y, table).predict(s, table))
     assert c.count == 0
+
+
+def test_auto_score_type_reads_probabilities_in_the_unit_interval():
+    """score_type="auto": scores in [0, 1] are probabilities (the fit equals
+    score_type="probability"), others logits (equals "logit"); inside jit the program
+    makes the same choice, and a traced auto fit predicts what the eager fit predicts."""
+    s, y, table, _ = planted(5, 1500)
+    p = sigmoid(s)
+    for scores, kind in ((p, "probability"), (s, "logit")):
+        auto = FAST.fit(scores, y, table)
+        named = MulticalibrationBoosting(n_rounds=40, learning_rate=0.3, score_type=kind)
+        assert auto.score_type == kind
+        np.testing.assert_array_equal(
+            np.asarray(auto.predict(scores, table)),
+            np.asarray(named.fit(scores, y, table).predict(scores, table)),
+        )
+        codes = auto.codes(table)
+        levels = auto.n_levels
+
+        def pure(s, y, x, levels=levels):
+            return FAST.fit_pure(s, y, x, n_levels=levels).predict_codes(s, x)
+
+        np.testing.assert_allclose(
+            np.asarray(jax.jit(pure)(scores, y, codes)),
+            np.asarray(
+                named.fit_pure(scores, y, codes, n_levels=levels).predict_codes(scores, codes)
+            ),
+            rtol=1e-9,
+            atol=1e-12,
+        )
 
 
 def test_without_features_the_score_alone_is_corrected():
