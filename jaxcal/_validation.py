@@ -200,6 +200,37 @@ def check_key(key: Any, *, name: str = "key") -> Any:
     raise ValueError(f"{name} must be {need}; got {got}.")
 
 
+def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    """``value`` as a Python int ``>= minimum`` (bools refused); else a ``ValueError``
+    naming ``name``.
+
+    Example:
+        >>> check_int(3, "n_bins", minimum=2)
+        3
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None, strict: bool = False):
+    """``value`` as a finite float, ``>= minimum`` (``> minimum`` with ``strict``) when a
+    minimum is given; else a ``ValueError`` naming ``name``.
+
+    Example:
+        >>> check_real(0.5, "overconfidence", minimum=0.0, strict=True)
+        0.5
+    """
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    ok = ok and bool(np.isfinite(value))
+    if ok and minimum is not None:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        bound = "" if minimum is None else f" and {'>' if strict else '>='} {minimum:g}"
+        raise ValueError(f"{name} must be a finite number{bound}; got {value!r}.")
+    return float(value)
+
+
 def _all_finite(x: np.ndarray) -> bool:
     """True iff every entry is finite, in one pass without temporaries: a sum of finite
     numbers is finite unless it overflows, and NaN / inf propagate. ``False`` means

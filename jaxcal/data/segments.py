@@ -24,7 +24,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from jaxcal._validation import check_key
+from jaxcal._validation import check_int, check_key, check_real
 
 __all__ = ["SegmentData", "simulate_segments"]
 
@@ -78,21 +78,15 @@ def simulate_segments(
         (['age', 'country', 'device'], (1000,))
     """
     key = check_key(key)
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n must be a positive integer; got {n!r}.")
-    for name, levels in (("n_countries", n_countries), ("n_devices", n_devices)):
-        if isinstance(levels, bool) or not isinstance(levels, int | np.integer) or levels < 2:
-            raise ValueError(f"{name} must be an integer >= 2; got {levels!r}.")
-    for name, value, low in (
-        ("country_scale", country_scale, 0.0),
-        ("overconfidence", overconfidence, None),
-        ("base_scale", base_scale, None),
-    ):
-        if not np.isfinite(value) or (value < low if low is not None else value <= 0):
-            bound = ">= 0" if low is not None else "> 0"
-            raise ValueError(f"{name} must be finite and {bound}; got {value!r}.")
-    if not (np.isfinite(cell_effect) and np.isfinite(age_effect) and np.isfinite(base_mean)):
-        raise ValueError("cell_effect, age_effect and base_mean must be finite.")
+    n = check_int(n, "n")
+    n_countries = check_int(n_countries, "n_countries", minimum=2)
+    n_devices = check_int(n_devices, "n_devices", minimum=2)
+    country_scale = check_real(country_scale, "country_scale", minimum=0.0)
+    overconfidence = check_real(overconfidence, "overconfidence", minimum=0.0, strict=True)
+    base_scale = check_real(base_scale, "base_scale", minimum=0.0, strict=True)
+    cell_effect = check_real(cell_effect, "cell_effect")
+    age_effect = check_real(age_effect, "age_effect")
+    base_mean = check_real(base_mean, "base_mean")
 
     k_offsets, k_rows = jax.random.split(key)
     k_country, k_device, k_age, k_base, k_label = jax.random.split(jax.random.fold_in(k_rows, n), 5)

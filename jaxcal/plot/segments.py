@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._validation import check_int
 from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
 __all__ = ["segment_reliability"]
@@ -82,10 +83,8 @@ def segment_reliability(
     """
     from jaxcal.metrics import multicalibration_error, segment_masks, segment_report
 
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"k must be a positive integer; got {k!r}.")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 2:
-        raise ValueError(f"n_bins must be an integer >= 2; got {n_bins!r}.")
+    k = check_int(k, "k")
+    n_bins = check_int(n_bins, "n_bins", minimum=2)
     panels = dict(probs) if isinstance(probs, Mapping) else {"probabilities": probs}
     if not panels:
         raise ValueError("probs is an empty mapping; give at least one set of probabilities.")

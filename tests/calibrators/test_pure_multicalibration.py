@@ -1,6 +1,6 @@
 """MulticalibrationBoosting as a pure function: the fit inside ``jit`` (the eager fit's
 numbers; NaN for a bad code or score), forward-mode derivatives against finite differences,
-``vmap`` over problems (``fit_batch``: tests/calibrators/test_multicalibration.py) and an
+``vmap`` over problems (``fit_batch``: tests/calibrators/test_multicalibration_boosting.py) and an
 exported predict."""
 
 from __future__ import annotations
