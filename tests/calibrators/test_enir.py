@@ -23,6 +23,7 @@ from jaxcal.calibrators import _enir_path as enir_path
 from jaxcal.calibrators import enir
 from jaxcal.calibrators.enir import FittedENIR, near_isotonic_regression
 from tests._composition import check_derivative
+from tests._enir_path_oracle import breakpoint_models
 
 KKT_TOL = 1e-9
 EXACT = 1e-9
@@ -92,55 +93,15 @@ def test_endpoints_of_path():
 
 
 def _direct_models(s, y, eps, w=None):
-    """List-based modified PAV path (one group object per fused block), every breakpoint
-    model with its -BIC/2. ``y`` may be any non-negative target (IPS), ``w`` weights."""
+    """Every breakpoint model of the list-based path with its -BIC/2, on the distinct
+    scores of ``s``. ``y`` may be any non-negative target (IPS), ``w`` weights."""
     w = np.ones(s.size) if w is None else w
     xs, inv = np.unique(s, return_inverse=True)
     W = np.bincount(inv, w)
     m = np.bincount(inv, w * y)
     s1 = np.bincount(inv, w * np.clip(y, 0, 1))
-    groups = [[W[i], m[i] / W[i], s1[i], W[i] - s1[i], [i]] for i in range(xs.size)]
-    lam, models = 0.0, []
-    while True:
-        vals = [g[1] for g in groups]
-        k = len(groups)
-        slopes = []
-        for i in range(k):
-            up = i > 0 and vals[i - 1] > vals[i]
-            down = i < k - 1 and vals[i] > vals[i + 1]
-            slopes.append((float(up) - float(down)) / groups[i][0])
-        ts = []
-        for i in range(k - 1):
-            den = slopes[i + 1] - slopes[i]
-            if vals[i] == vals[i + 1]:  # equal neighbours fuse at once
-                ts.append(0.0)
-                continue
-            t = (vals[i] - vals[i + 1]) / den if den != 0 else np.inf
-            ts.append(t if t > 0 else np.inf)
-        d = min(ts, default=np.inf)
-        if d > 0 and (lam > 0 or d == np.inf):
-            fit = np.empty(xs.size)
-            ll = 0.0
-            for g in groups:
-                fit[g[4]] = g[1]
-                p = min(max(g[1], eps), 1 - eps)
-                ll += g[2] * np.log(p) + g[3] * np.log(1 - p)
-            models.append((ll - 0.5 * len(groups) * np.log(s.size), fit))
-        if d == np.inf:
-            break
-        for i, g in enumerate(groups):
-            g[1] += slopes[i] * d
-        lam += d
-        merged = [groups[0]]
-        for i in range(1, k):
-            if ts[i - 1] <= d * (1 + 1e-12) + 1e-15:
-                a, b = merged[-1], groups[i]
-                merged[-1] = [a[0] + b[0], (a[0] * a[1] + b[0] * b[1]) / (a[0] + b[0]),
-                              a[2] + b[2], a[3] + b[3], a[4] + b[4]]  # fmt: skip
-            else:
-                merged.append(groups[i])
-        groups = merged
-    return xs, models
+    models = breakpoint_models(W, m / W, s1, W - s1, s.size, eps)
+    return xs, [(ll, fit) for ll, fit, _ in models]
 
 
 def _direct_enir(s, y, eps, w=None):
