@@ -26,7 +26,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxcal  # noqa: E402
 from jaxcal._progress import log  # noqa: E402
-from jaxcal.bayes import fit_bayes, fit_bayes_batch  # noqa: E402
+from jaxcal.bayes import NUTS, fit_bayes, fit_bayes_batch  # noqa: E402
 
 WARMUP = 500
 DRAWS = 1000
@@ -57,7 +57,7 @@ def min_ess(samples: dict) -> float:
 
 
 def time_jaxcal(cal, s, y, key):
-    kw = dict(key=key, num_samples=DRAWS // CHAINS, num_warmup=WARMUP, num_chains=CHAINS)
+    kw = dict(key=key, method=NUTS(n_samples=DRAWS // CHAINS, n_warmup=WARMUP, n_chains=CHAINS))
     t0 = time.perf_counter()
     post = fit_bayes(cal, s, y, **kw)
     jax.block_until_ready(post.theta)
@@ -146,7 +146,7 @@ def main():
     rng = np.random.default_rng(1)
     S = np.stack([simulate(n, 100 + b, "platt")[0] for b in range(B)])
     Y = np.stack([simulate(n, 100 + b, "platt")[1] for b in range(B)])
-    kw = dict(num_samples=DRAWS // CHAINS, num_warmup=WARMUP, num_chains=CHAINS)
+    kw = dict(method=NUTS(n_samples=DRAWS // CHAINS, n_warmup=WARMUP, n_chains=CHAINS))
     cal = cals["platt"]
     log("[bench_bayes] batch of 100 ...")
     t0 = time.perf_counter()

@@ -1,36 +1,60 @@
-r"""CMTRF: jaxcal's vmapped lambda grid vs the authors' C++ reference, variant by variant.
+r"""CMTRF: jaxcal against the authors' C++ reference, variant by variant, under one protocol.
 
-For one data set this script trains the four CMTRF variants -- ridge MF (no transform),
-1-sigma (one global transform), N-sigma (one per user) and k-sigma (clustered) -- over the
-same rank and the same ``(lambda_user, lambda_item)`` grid (9 x 9 = 81 points by default) in
+For each data set, variant (ridge MF: no transform; 1-sigma: one global transform; N-sigma:
+one per user; k-sigma: 5 clusters), split and row, this script trains rank-10 models over
+the same 9 x 9 ``(lambda_user, lambda_item)`` grid (default ``0.1 0.2 0.5 1 2 5 10 20 50``
+on both axes) and records the test MSE and the wall-clock seconds. The protocol, fixed
+before any run:
 
-* the authors' C++ (Hiranandani, Somani, Koyejo, Acharyya, WSDM 2019; github
-  ``RaghavSomani/CMTRF``, Eigen, float64, one core): each variant's program runs its whole
-  grid sequentially, as a user scripts it (k-sigma: one run per grid point, see below). Its
-  own protocol picks lambda and stops the ALS sweeps on the *test* loss, so its number is
-  the best test MSE over the grid (optimistic by construction);
-* jaxcal: ``jaxcal.recsys.CMTRF(transform=..., rank=..., l2_user=grid, l2_item=grid)`` trains
-  the whole grid in one vmapped program and picks lambda on a validation split of the
-  *training* ratings; the table shows the test MSE of that model, and of the same grid in the
-authors' formulation (``anchor=False, offset=False``: "unanchored"; for ridge MF, no
-offset). A "MF + biases" row adds jaxcal's biased ridge MF (``biases=True``).
-``--test-selected`` adds the unanchored model under the C++'s protocol (trained on train +
-validation, lambda and the stopping sweep chosen on the test ratings; the lowest test MSE
-over the grid and the sweeps), which compares the two models rather than the protocols.
+Rows, in this order (``--rows``):
 
-Wall-clock seconds: the C++ time covers all 81 fits (reading the input included, each fit
-scoring the test ratings), run one after the other; jaxcal's time covers the fit and the
-predictions of the test ratings; its first call includes compilation (or a persistent-cache load),
-the warm call is a second fit with the same shapes; both blocked with
-``jax.block_until_ready``.
+* ``default``: ``CMTRF(transform=..., rank=10, n_clusters=5)`` with every other setting at
+  its default, ``fit(train, key=..., validation=..., search=Search(l2_user=grid,
+  l2_item=grid))``: a single model, lambda chosen on the validation ratings;
+* ``authors``: the same in the authors' formulation, ``anchor=False, offset=False`` (for
+  ridge MF: no offset), single model, defaults otherwise;
+* ``tuned``: the authors' formulation with ``tol=0.003`` and ``Search(warm_start=True,
+  refit=True)`` (each ``l2_user``'s points trained one after another from the previous
+  one's factors; the chosen point trained again on train + validation), single model;
+* ``ensemble``: ``tuned`` with ``Search(ensemble=10)``: the mean of 10 fits of the chosen
+  point (labelled "ensemble of 10");
+* the C++ (``cpp``): the authors' programs (Hiranandani, Somani, Koyejo, Acharyya, WSDM 2019;
+  github ``RaghavSomani/CMTRF``; Eigen, float64) over the same grid, each program as a user
+  scripts it (k-sigma: one run per grid point, see below). Their protocol chooses lambda
+  and stops the ALS sweeps on the *test* loss; the row is the best test MSE over the grid
+  (lambda and stopping chosen on the test ratings, optimistic by construction).
 
-Data sets (``--dataset``): ``coat`` (``jaxcal.data.load_coat()``: the 290 x 300 explicit
-ratings, train / test as shipped), ``sd1`` / ``sd2`` (``jaxcal.data.simulate_ratings`` with the
-reproduction's settings: 300 x 400, rank 5, half the pairs rated, 60,000 ratings; split
-70 / 10 / 20 by ``jaxcal.data.split_ratings``) and ``ml100k`` (``jaxcal.data.load_movielens``,
-the same random split; needs the MovieLens-100K archive in the data directory). The C++
-sees train + validation as its training set (it has no validation split), jaxcal trains on
-train and selects on validation; both are scored on the same test ratings.
+The C++ trains on train + validation (it has no validation split); jaxcal trains on train
+and chooses on validation; both are scored on the same test ratings.
+
+Splits (``--seeds``): seed ``s`` is ``jaxcal.reproduce.hiranandani2019.load_split(data,
+seed=s)`` and the fit key ``jax.random.key(s)``. ``sd1`` / ``sd2``
+(``jaxcal.data.simulate_ratings``: 300 x 400, rank 5, 60,000 ratings; split 70 / 10 / 20):
+each seed is a new simulated data set and split, and the C++ runs on each. ``coat`` (the
+290 x 300 ratings, train / test as shipped): each seed draws another 10% validation
+hold-out of the training ratings and another initialisation; the C++ sees the same data
+whatever the seed and is deterministic (fixed-seed initialisation), so it runs once.
+
+Cores and timing: the command runs under ``taskset -c <core>``, so that the script, the C++
+programs and the jaxcal workers share one core; each jaxcal measurement is a fresh worker
+process (``--worker``) with ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1"`` and ``JAXCAL_COMPILATION_CACHE`` set to a new empty
+folder. It fits and predicts the test ratings twice, blocked with
+``jax.block_until_ready``: the first call (compilation included, data loading excluded)
+and the warm call (the same fit again). The C++ time covers its whole grid (reading the
+input included, each fit scoring the test ratings). For each variant and seed the C++ runs
+first, then the jaxcal rows, so that a speed ratio (C++ seconds / jaxcal seconds of the
+same seed; Coat: of its one C++ run) compares runs made minutes apart on the same core.
+Loops: data set, then variant, then seed, then row.
+
+Output: one line per finished fit on stderr, every record appended to ``--out`` (JSON, a
+list, rewritten after each fit) and, at the end (or with ``--table FILE ...`` from saved
+files), the table: test MSE mean (min-max) over seeds, first / warm seconds, speed ratios,
+and the win / tie / loss count of a row against the C++ per (data, variant): a tie when the
+C++'s test MSE (for sd1 / sd2 its mean over the same seeds) lies within the row's min-max
+over seeds, a win when it lies above it, a loss when below. For sd1 / sd2 the table adds
+the paired comparison (the same data set and split per seed): on how many seeds the row
+tests below the C++, and the difference of test MSEs.
 
 The reference build (``--build-reference SRC``, SRC a clone of the authors' repository;
 their code has no licence, so nothing of it is part of jaxcal) copies ``SRC/src`` into
@@ -61,27 +85,19 @@ equal but still divides by the full test size.
 Usage::
 
     git clone https://github.com/RaghavSomani/CMTRF /tmp/cmtrf-src
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_cmtrf.py \
-        --build-reference /tmp/cmtrf-src --reference-dir /tmp/cmtrf-build --dataset coat
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_cmtrf.py \
-        --reference-dir /tmp/cmtrf-build --dataset sd1 --rank 10
+    B="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE taskset -c 0 python benchmarks/bench_cmtrf.py"
+    $B --build-reference /tmp/cmtrf-src --reference-dir /tmp/cmtrf-build --build-only
+    $B --reference-dir /tmp/cmtrf-build --dataset coat --seeds 0,1,2,3,4 --out coat.json
+    $B --table coat.json sd1.json
 
-``--tol``, ``--patience``, ``--warm-start``, ``--refit`` and ``--ensemble`` pass ``tol``,
-``patience``, ``warm_start=True``, ``refit=True`` (the chosen point trained again on train +
-validation, the ratings the C++ trains on) and ``ensemble`` (the mean of that many fits of
-the chosen point from different random starts) to jaxcal's ``CMTRF``.
-``--skip-reference`` runs only the jaxcal side, ``--skip-jaxcal`` only the C++; ``--grid
-0.1,0.2,0.5,1,2,5,10,20,50`` replaces the authors' grid (10..50, where small data sets pick
-the smallest value); ``--mmc`` adds a row for ``jaxcal.recsys.MMC(rank=...)`` (one fit,
-iterate chosen on validation). jaxcal's first call loads programs from its persistent
-compilation cache when an earlier run stored them; ``JAXCAL_COMPILATION_CACHE=0`` times a
-cold compile.
+``--skip-reference`` leaves out the C++, ``--rows`` and ``--variants`` pick subsets.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -101,8 +117,19 @@ VARIANTS = {
     "N-sigma": ("N_sigma", "per_user"),
     "k-sigma": ("k_sigma", "clustered"),
 }
-#: the authors' ridge-MF grid (``MF.cpp``), used for both axes by default
-DEFAULT_GRID = (10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0)
+#: the lambda grid of both axes
+DEFAULT_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+ROWS = ("default", "authors", "tuned", "ensemble")
+ROW_LABELS = {
+    "default": "jaxcal defaults, single model",
+    "authors": "jaxcal authors' formulation, single model",
+    "tuned": "jaxcal authors' formulation, tuned (tol 0.003, warm start, refit), single model",
+    "ensemble": "jaxcal authors' formulation, tuned, ensemble of 10",
+    "cpp": "C++ (lambda and stopping chosen on test)",
+}
+RANK, N_CLUSTERS = 10, 5
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
 CXXFLAGS = (
     "-std=c++11 -O3 -march=native -Ieigen -w -fno-math-errno -funsafe-math-optimizations "
     "-fno-rounding-math -fcx-limited-range -fno-signaling-nans"
@@ -242,7 +269,7 @@ def run_reference(
 def load_split(name: str, *, seed: int, data_dir: str | None):
     """The reproduction's split (:func:`jaxcal.reproduce.hiranandani2019.load_split`):
     ``coat``: Coat's own train / test, 10% of train held out for validation; ``sd1`` /
-    ``sd2`` / ``ml100k``: a random 70 / 10 / 20 split."""
+    ``sd2``: a new simulated data set and a random 70 / 10 / 20 split per seed."""
     from jaxcal.reproduce import hiranandani2019
 
     folder = None if data_dir is None else Path(data_dir)
@@ -250,75 +277,153 @@ def load_split(name: str, *, seed: int, data_dir: str | None):
 
 
 # ---------------------------------------------------------------------------------------
-# the jaxcal side
+# the jaxcal side: one measurement per worker process
 
 
-class JaxcalResult(NamedTuple):
-    test_mse: float
-    first_seconds: float
-    warm_seconds: float
-    l2_user: float
-    l2_item: float
+def jaxcal_setup(variant: str, row: str, grid):
+    """The estimator and the ``Search`` of a row (see the module docstring)."""
+    from jaxcal.recsys import CMTRF, Search
+
+    model = CMTRF(transform=VARIANTS[variant][1], rank=RANK, n_clusters=N_CLUSTERS)
+    search = Search(l2_user=grid, l2_item=grid)
+    if row != "default":
+        model = dataclasses.replace(model, anchor=False, offset=False)
+    if row in ("tuned", "ensemble"):
+        model = dataclasses.replace(model, tol=0.003)
+        search = dataclasses.replace(search, warm_start=True, refit=True)
+    if row == "ensemble":
+        search = dataclasses.replace(search, ensemble=10)
+    return model, search
 
 
-def run_jaxcal(model, split, *, seed: int) -> JaxcalResult:
-    """Fit and predict the test ratings twice (first call, then warm), blocked until ready;
-    test MSE of the fit."""
+def worker(spec: dict) -> dict:
+    """Fit and predict the test ratings twice (first call, then warm), blocked until
+    ready; the test MSE of the fit."""
     import jax
 
     from jaxcal.metrics import rating_mse
 
+    split = load_split(spec["data"], seed=spec["seed"], data_dir=spec.get("data_dir"))
+    model, search = jaxcal_setup(spec["variant"], spec["row"], tuple(spec["grid"]))
     times, fitted, pred = [], None, None
     for _ in range(2):
         start = time.perf_counter()
-        fitted = model.fit(split.train, key=jax.random.key(seed), validation=split.validation)
+        fitted = model.fit(
+            split.train,
+            key=jax.random.key(spec["seed"]),
+            validation=split.validation,
+            search=search,
+        )
         pred = jax.block_until_ready(fitted.predict(split.test.user, split.test.item))
         times.append(time.perf_counter() - start)
-    mse = float(rating_mse(split.test.rating, pred))
-    l2 = [float(np.asarray(getattr(fitted, f, np.nan))) for f in ("l2_user", "l2_item")]
-    return JaxcalResult(mse, times[0], times[1], *l2)
+    return {
+        "test_mse": float(rating_mse(split.test.rating, pred)),
+        "first_s": times[0],
+        "warm_s": times[1],
+        "l2_user": float(np.asarray(fitted.l2_user)),
+        "l2_item": float(np.asarray(fitted.l2_item)),
+    }
 
 
-def test_selected(model, split, *, seed: int) -> float:
-    """The C++'s protocol with jaxcal's model: trained on train + validation, penalties and
-    stopping sweep chosen on the test ratings; the lowest test MSE over the grid and the
-    sweeps."""
-    import jax
-
-    model = dataclasses.replace(model, refit=False, ensemble=1)
-    train = split.train.concat(split.validation)
-    fitted = model.fit(train, key=jax.random.key(seed), validation=split.test)
-    return float(np.nanmin(np.asarray(fitted.grid_validation_mse)))
+def run_worker(spec: dict) -> dict:
+    """:func:`worker` in a fresh process with one XLA thread and an empty program cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "XLA_FLAGS": WORKER_XLA_FLAGS, "JAXCAL_COMPILATION_CACHE": cache}
+        out = subprocess.run(
+            [sys.executable, __file__, "--worker", json.dumps(spec)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    if out.returncode != 0:
+        raise RuntimeError(f"worker {spec} failed: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------------------
 # the table
 
 
-def _fmt(value: float, digits: int = 3) -> str:
-    return "-" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+def _spread(values, digits: int) -> str:
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return "-"
+    if v.size == 1:
+        return f"{v[0]:.{digits}f}"
+    dash = " to " if v.min() < 0 else "-"
+    return f"{v.mean():.{digits}f} ({v.min():.{digits}f}{dash}{v.max():.{digits}f})"
 
 
-def table(rows: list[dict]) -> str:
-    head = (
-        "| variant | C++ test MSE (lambda on test) | jaxcal test MSE (lambda on validation) "
-        "| jaxcal, unanchored | jaxcal, unanchored, lambda on test | C++ grid s | C++ s / run "
-        "| jaxcal grid s (first / warm) | jaxcal unanchored grid s (first / warm) "
-        "| speed-up (unanchored, warm) |"
-    )
-    lines = [head, "|" + "---|" * 10]
-    for r in rows:
-        warm = r.get("free_warm")
-        speed = r["cpp_seconds"] / warm if warm and r.get("cpp_seconds") else None
-        lines.append(
-            f"| {r['variant']} | {_fmt(r.get('cpp_mse'))} | {_fmt(r.get('jax_mse'))} "
-            f"| {_fmt(r.get('jax_free_mse'))} | {_fmt(r.get('jax_test_selected'))} "
-            f"| {_fmt(r.get('cpp_seconds'), 2)} | {_fmt(r.get('cpp_per_run'), 3)} "
-            f"| {_fmt(r.get('first'), 2)} / {_fmt(r.get('warm'), 2)} "
-            f"| {_fmt(r.get('free_first'), 2)} / {_fmt(r.get('free_warm'), 2)} "
-            f"| {'-' if speed is None else f'{speed:.1f}x'} |"
+def _ratio(values) -> str:
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return "-"
+    if v.size == 1:
+        return f"{v[0]:.1f}x"
+    return f"{v.mean():.1f}x ({v.min():.1f}-{v.max():.1f})"
+
+
+def table(records: list[dict]) -> str:
+    """The markdown table and the win / tie / loss counts of the jaxcal rows against the
+    C++ (see the module docstring)."""
+    lines = [
+        "| data | variant | row | seeds | test MSE mean (min-max) | first s | warm s "
+        "| C++ s / warm s | C++ s / first s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    counts: dict[str, list[str]] = {}
+    paired: list[str] = []
+    pairs = dict.fromkeys((r["data"], r["variant"]) for r in records)
+    for data, variant in pairs:
+        mine = [r for r in records if (r["data"], r["variant"]) == (data, variant)]
+        cpp = {r["seed"]: r for r in mine if r["row"] == "cpp"}
+        for row in (*ROWS, "cpp"):
+            rs = [r for r in mine if r["row"] == row]
+            if not rs:
+                continue
+            mse = [r["test_mse"] for r in rs]
+            if row == "cpp":
+                lines.append(
+                    f"| {data} | {variant} | {ROW_LABELS[row]} | {len(rs)} | {_spread(mse, 4)} "
+                    f"| - | {_spread([r['seconds'] for r in rs], 2)} | - | - |"
+                )
+                continue
+            # the C++ of the same seed (Coat: its one run, the same whatever the seed)
+            once = next(iter(cpp.values()), None)
+            ref = [once if data == "coat" else cpp.get(r["seed"]) for r in rs]
+            warm = [c["seconds"] / r["warm_s"] for r, c in zip(rs, ref, strict=True) if c]
+            first = [c["seconds"] / r["first_s"] for r, c in zip(rs, ref, strict=True) if c]
+            lines.append(
+                f"| {data} | {variant} | {ROW_LABELS[row]} | {len(rs)} | {_spread(mse, 4)} "
+                f"| {_spread([r['first_s'] for r in rs], 2)} "
+                f"| {_spread([r['warm_s'] for r in rs], 2)} | {_ratio(warm)} | {_ratio(first)} |"
+            )
+            seeds = {r["seed"] for r in rs}
+            c_mse = [c["test_mse"] for s, c in cpp.items() if data == "coat" or s in seeds]
+            if c_mse:
+                c = float(np.mean(c_mse))
+                verdict = "win" if c > max(mse) else "loss" if c < min(mse) else "tie"
+                counts.setdefault(row, []).append(f"{data} {variant}: {verdict}")
+            diff = [r["test_mse"] - c["test_mse"] for r, c in zip(rs, ref, strict=True) if c]
+            if data != "coat" and diff:  # sd1 / sd2: the same data set and split per seed
+                paired.append(
+                    f"{data} {variant} {row}: below the C++ on {sum(d < 0 for d in diff)} of "
+                    f"{len(diff)} seeds, difference {_spread(diff, 4)}"
+                )
+    out = ["\n".join(lines), ""]
+    for row, verdicts in counts.items():
+        tally = {k: sum(v.endswith(k) for v in verdicts) for k in ("win", "tie", "loss")}
+        out.append(
+            f"{ROW_LABELS[row]} against the C++: {tally['win']} win / {tally['tie']} tie / "
+            f"{tally['loss']} loss ({'; '.join(verdicts)})"
         )
-    return "\n".join(lines)
+    if paired:
+        out += ["", "Paired per seed (jaxcal test MSE minus the C++'s):", *paired]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# the driver
 
 
 def _parse_grid(text: str | None) -> tuple[float, ...]:
@@ -330,148 +435,97 @@ def _parse_grid(text: str | None) -> tuple[float, ...]:
     return values
 
 
+def _save(path: Path | None, records: list[dict]) -> None:
+    if path is not None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(records, indent=1))
+        tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="coat", choices=("coat", "sd1", "sd2", "ml100k"))
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--table", nargs="+", type=Path, help="print the table of saved records")
+    p.add_argument("--dataset", default="coat", choices=("coat", "sd1", "sd2"))
     p.add_argument("--reference-dir", type=Path, help="the built C++ (see --build-reference)")
     p.add_argument("--build-reference", type=Path, metavar="SRC", help="clone to build from")
-    p.add_argument("--rank", type=int, default=10)
-    p.add_argument("--n-clusters", type=int, default=5, help="k-sigma clusters")
-    p.add_argument("--grid", help="comma-separated lambdas for both axes (default: 10..50)")
+    p.add_argument("--build-only", action="store_true", help="build the C++ and stop")
+    p.add_argument("--grid", help="comma-separated lambdas for both axes")
     p.add_argument("--variants", default=",".join(VARIANTS), help="subset, comma-separated")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", help="folder with coat/ and ml-100k/ (default: jaxcal's)")
+    p.add_argument("--rows", default="default,authors", help=f"subset of {','.join(ROWS)}")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
+    p.add_argument("--data-dir", help="folder with coat/ (default: jaxcal's)")
     p.add_argument("--skip-reference", action="store_true")
-    p.add_argument("--skip-jaxcal", action="store_true")
-    p.add_argument("--mmc", action="store_true", help="add jaxcal's MMC baseline row")
-    p.add_argument(
-        "--tol", type=float, default=0.0, help="jaxcal's early-stopping tolerance (CMTRF tol)"
-    )
-    p.add_argument("--warm-start", action="store_true", help="jaxcal's CMTRF(warm_start=True)")
-    p.add_argument("--refit", action="store_true", help="jaxcal's CMTRF(refit=True)")
-    p.add_argument("--patience", type=int, help="jaxcal's CMTRF(patience=...)")
-    p.add_argument(
-        "--ensemble", type=int, default=1, help="jaxcal's CMTRF(ensemble=...): fits averaged"
-    )
-    p.add_argument(
-        "--test-selected",
-        action="store_true",
-        help="add jaxcal's authors' formulation selected on the test ratings, as the C++",
-    )
+    p.add_argument("--out", type=Path, help="JSON file of the records (rewritten per fit)")
     args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.table:
+        print(table([r for f in args.table for r in json.loads(f.read_text())]))
+        return
     grid = _parse_grid(args.grid)
     variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
-        raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {list(VARIANTS)}")
+    rows = [r for r in args.rows.split(",") if r]
+    if set(variants) - set(VARIANTS) or set(rows) - set(ROWS):
+        raise SystemExit(f"choose variants from {list(VARIANTS)} and rows from {list(ROWS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
     if args.build_reference is not None:
         if args.reference_dir is None:
             raise SystemExit("--build-reference needs --reference-dir (where to build)")
         build_reference(args.build_reference, args.reference_dir)
+    if args.build_only:
+        return
     use_reference = not args.skip_reference and args.reference_dir is not None
-
-    split = load_split(args.dataset, seed=args.seed, data_dir=args.data_dir)
-    n_train = split.train.size + split.validation.size
-    progress(
-        f"{args.dataset}: {split.train.n_users} users x {split.train.n_items} items, "
-        f"{split.train.size} train + {split.validation.size} validation + "
-        f"{split.test.size} test ratings; rank {args.rank}; grid {len(grid)} x {len(grid)}"
-    )
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        data_env = None
-        if use_reference:
-            data_env = write_reference_input(
-                Path(tmp), split.train.concat(split.validation), split.test
-            )
-        for variant in variants:
-            program, transform = VARIANTS[variant]
-            row = {"variant": variant}
-            if use_reference:
-                progress(f"C++ {program}: {len(grid) ** 2} fits")
-                ref = run_reference(
-                    args.reference_dir,
-                    program,
-                    data_env,
-                    rank=args.rank,
-                    grid=grid,
-                    n_clusters=args.n_clusters,
-                )
+    cores = sorted(os.sched_getaffinity(0))
+    progress(f"{args.dataset}: cores {cores}, seeds {seeds}, rows {rows}, grid {grid}")
+    records: list[dict] = []
+    for variant in variants:
+        program = VARIANTS[variant][0]
+        for seed in seeds:
+            base = {"data": args.dataset, "variant": variant, "seed": seed, "cores": cores}
+            if use_reference and (args.dataset != "coat" or seed == seeds[0]):
+                split = load_split(args.dataset, seed=seed, data_dir=args.data_dir)
+                with tempfile.TemporaryDirectory() as tmp:
+                    data_env = write_reference_input(
+                        Path(tmp), split.train.concat(split.validation), split.test
+                    )
+                    ref = run_reference(
+                        args.reference_dir,
+                        program,
+                        data_env,
+                        rank=RANK,
+                        grid=grid,
+                        n_clusters=N_CLUSTERS,
+                    )
                 i, j = np.unravel_index(np.argmin(ref.test_mse), ref.test_mse.shape)
-                row.update(
-                    cpp_mse=float(ref.test_mse[i, j]),
-                    cpp_seconds=ref.seconds,
-                    cpp_per_run=ref.seconds / ref.test_mse.size,
-                )
-                progress(
-                    f"C++ {program}: {ref.seconds:.2f} s, best test MSE {row['cpp_mse']:.4f} "
-                    f"at l_user={grid[i]}, l_item={grid[j]} ({n_train} training ratings)"
-                )
-            if not args.skip_jaxcal:
-                from jaxcal.recsys import CMTRF
-
-                progress(f"jaxcal CMTRF(transform={transform!r}): {len(grid) ** 2} grid points")
-                model = CMTRF(
-                    transform=transform,
-                    rank=args.rank,
-                    n_clusters=args.n_clusters,
-                    l2_user=grid,
-                    l2_item=grid,
-                    tol=args.tol,
-                    warm_start=args.warm_start,
-                    refit=args.refit,
-                    patience=args.patience,
-                    ensemble=args.ensemble,
-                )
-                res = run_jaxcal(model, split, seed=args.seed)
-                row.update(jax_mse=res.test_mse, first=res.first_seconds, warm=res.warm_seconds)
-                # the authors' formulation: no offset (and, with a transform, no anchors)
-                free = dataclasses.replace(model, anchor=False, offset=False)
-                res_free = run_jaxcal(free, split, seed=args.seed)
-                row.update(
-                    jax_free_mse=res_free.test_mse,
-                    free_first=res_free.first_seconds,
-                    free_warm=res_free.warm_seconds,
-                )
-                if args.test_selected:
-                    row["jax_test_selected"] = test_selected(free, split, seed=args.seed)
-                progress(
-                    f"jaxcal {transform}: first {res.first_seconds:.2f} s, warm "
-                    f"{res.warm_seconds:.2f} s, test MSE {res.test_mse:.4f} at "
-                    f"l2_user={res.l2_user}, l2_item={res.l2_item}"
-                )
-            rows.append(row)
-            if transform == "none" and not args.skip_jaxcal:  # the biased ridge-MF baseline
-                biased = dataclasses.replace(model, biases=True)
-                res = run_jaxcal(biased, split, seed=args.seed)
-                progress(f"jaxcal biased MF: {res.warm_seconds:.2f} s, test {res.test_mse:.4f}")
-                rows.append(
+                records.append(
                     {
-                        "variant": "MF + biases",
-                        "jax_mse": res.test_mse,
-                        "first": res.first_seconds,
-                        "warm": res.warm_seconds,
+                        **base,
+                        "row": "cpp",
+                        "test_mse": float(ref.test_mse[i, j]),
+                        "seconds": ref.seconds,
+                        "l2_user": grid[i],
+                        "l2_item": grid[j],
+                        "time": time.strftime("%H:%M:%S"),
                     }
                 )
-    if args.mmc and not args.skip_jaxcal:
-        from jaxcal.recsys import MMC
-
-        progress(f"jaxcal MMC(rank={args.rank})")
-        res = run_jaxcal(MMC(rank=args.rank), split, seed=args.seed)
-        rows.append(
-            {
-                "variant": "MMC",
-                "jax_mse": res.test_mse,
-                "first": res.first_seconds,
-                "warm": res.warm_seconds,
-            }
-        )
-    print(
-        f"\n### {args.dataset} (rank {args.rank}, {len(grid)} x {len(grid)} lambda grid, "
-        f"jaxcal tol={args.tol:g}, patience={args.patience}, warm_start={args.warm_start}, "
-        f"refit={args.refit}, ensemble={args.ensemble})\n"
-    )
-    print(table(rows))
+                _save(args.out, records)
+                progress(
+                    f"{args.dataset} {variant} seed {seed} C++: {ref.seconds:.2f} s, "
+                    f"test MSE {records[-1]['test_mse']:.4f}"
+                )
+            for row in rows:
+                spec = {**base, "row": row, "grid": list(grid), "data_dir": args.data_dir}
+                res = run_worker(spec)
+                records.append({**base, "row": row, **res, "time": time.strftime("%H:%M:%S")})
+                _save(args.out, records)
+                progress(
+                    f"{args.dataset} {variant} seed {seed} {row}: first {res['first_s']:.2f} s, "
+                    f"warm {res['warm_s']:.2f} s, test MSE {res['test_mse']:.4f} "
+                    f"(l2 {res['l2_user']:g}, {res['l2_item']:g})"
+                )
+    print(table(records))
 
 
 if __name__ == "__main__":

@@ -409,15 +409,15 @@ def bpr_case(sz: Sizes) -> Case:
     users, items = (pairs // I).astype(np.int32), (pairs % I).astype(np.int32)
     test_u = rng.integers(0, U, sz.score_pairs).astype(np.int32)
     test_i = rng.integers(0, I, sz.score_pairs).astype(np.int32)
-    model = BPRMF(dim=sz.bpr_dim, n_steps=sz.bpr_steps, batch_size=sz.bpr_batch)
-    grid = {"lr": list(sz.bpr_lrs), "l2": list(sz.bpr_l2s)}
+    model = BPRMF(rank=sz.bpr_dim, n_steps=sz.bpr_steps, batch_size=sz.bpr_batch)
+    grid = {"learning_rate": list(sz.bpr_lrs), "l2": list(sz.bpr_l2s)}
     K = len(sz.bpr_lrs) * len(sz.bpr_l2s)
 
     def call():
         result = sweep(
             model, (users, items), key=jax.random.key(0), grid=grid, n_users=U, n_items=I
         )
-        return result.score(test_u, test_i)
+        return result.predict(test_u, test_i)
 
     table = (U + I) * sz.bpr_dim * 4
     return Case(
@@ -436,7 +436,7 @@ def cmtrf_case(sz: Sizes) -> Case:
     import jax
 
     from jaxcal.data import simulate_ratings
-    from jaxcal.recsys import CMTRF
+    from jaxcal.recsys import CMTRF, Search
 
     sim = simulate_ratings(
         "sd1",
@@ -444,7 +444,7 @@ def cmtrf_case(sz: Sizes) -> Case:
         n_items=sz.rating_items,
         rank=5,
         density=sz.rating_density,
-        seed=5,
+        key=jax.random.key(5),
     )
     ratings = sim.ratings
     n_ratings = len(ratings.user)
@@ -453,16 +453,15 @@ def cmtrf_case(sz: Sizes) -> Case:
     model = CMTRF(
         transform="global",
         rank=sz.cmtrf_rank,
-        l2_user=list(sz.cmtrf_l2s),
-        l2_item=list(sz.cmtrf_l2s),
-        n_sweeps=sz.cmtrf_sweeps,
+        max_iter=sz.cmtrf_sweeps,
         patience=sz.cmtrf_sweeps,
     )
+    search = Search(l2_user=list(sz.cmtrf_l2s), l2_item=list(sz.cmtrf_l2s))
     points = len(sz.cmtrf_l2s) ** 2
     U, I, r = sz.rating_users, sz.rating_items, sz.cmtrf_rank
 
     def call():
-        fitted = model.fit(ratings, key=jax.random.key(0))
+        fitted = model.fit(ratings, key=jax.random.key(0), search=search)
         return fitted.predict(ratings.user, ratings.item), fitted.validation_mse
 
     def moved(out) -> float:

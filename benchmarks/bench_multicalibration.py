@@ -108,7 +108,7 @@ def coat(seed: int) -> dict[str, np.ndarray]:
     data = load_coat()
     model = BPRMF().fit(data.train >= 4, key=jax.random.key(seed))
     users, items = np.nonzero(data.test)  # the random test ratings (290 users x 16 items)
-    logits = np.asarray(model.score(users, items), np.float64)
+    logits = np.asarray(model.predict(users, items), np.float64)
     scores = np.exp(-np.logaddexp(0.0, -logits))
     labels = (data.test[users, items] >= 4).astype(np.float64)
     user_attrs = _one_hot_groups(data.user_features, list(data.user_feature_names))

@@ -80,7 +80,7 @@ def heldout_auc(scores, train, test) -> float:
     return float(auc(scores, test, mask=~train))
 
 
-def implicit_runner(train, *, epochs: int, threads: int, lr: float, reg: float):
+def implicit_runner(train, *, epochs: int, threads: int, learning_rate: float, reg: float):
     """A closure that trains implicit's BPR once and returns ``(seconds, scores)``."""
     import scipy.sparse as sp
     from implicit.cpu.bpr import BayesianPersonalizedRanking
@@ -90,7 +90,7 @@ def implicit_runner(train, *, epochs: int, threads: int, lr: float, reg: float):
     def run(seed: int):
         model = BayesianPersonalizedRanking(
             factors=FACTORS,
-            learning_rate=lr,
+            learning_rate=learning_rate,
             regularization=reg,
             iterations=epochs,
             num_threads=threads,
@@ -113,14 +113,14 @@ def jaxcal_runner(model: BPRMF, train):
     def run(seed: int):
         start = time.perf_counter()
         fitted = jax.block_until_ready(model.fit(train, key=jax.random.key(seed)))
-        return time.perf_counter() - start, fitted.score_all()
+        return time.perf_counter() - start, fitted.predict_all()
 
     return run, first
 
 
 def sweep_runner(model: BPRMF, train, k: int):
     """Compile the K-model sweep once (timed), then a closure that runs it: seconds."""
-    grid = {"seed": list(range(k))}
+    grid = {"replicate": list(range(k))}
     start = time.perf_counter()
     jax.block_until_ready(sweep(model, train, key=jax.random.key(10_000), grid=grid).models)
     first = time.perf_counter() - start
@@ -196,23 +196,30 @@ def run_single(args, train, test, epochs: int, batch: int, n_steps: int) -> None
 
         implicit_version = implicit.__version__
         for threads in sorted({1, os.cpu_count() or 1}):
-            run = implicit_runner(train, epochs=epochs, threads=threads, lr=0.05, reg=0.01)
+            run = implicit_runner(
+                train, epochs=epochs, threads=threads, learning_rate=0.05, reg=0.01
+            )
             contenders[f"implicit {implicit_version} BPR, {threads} thread(s)"] = (run, 0.0)
     except ImportError:
         print("implicit is not installed (pip install implicit): skipping the peer library")
-    # the mean mini-batch loss scales gradients by 1/B: lr = 0.05 * B is implicit's
+    # the mean mini-batch loss scales gradients by 1/B: learning_rate = 0.05 * B is implicit's
     # per-triple step of 0.05; Adam is scale-free
     jax_models = {
         f"jaxcal BPRMF sgd (batch {batch})": BPRMF(
-            dim=FACTORS,
+            rank=FACTORS,
             optimizer="sgd",
-            lr=0.05 * batch,
+            learning_rate=0.05 * batch,
             l2=0.01,
             n_steps=n_steps,
             batch_size=batch,
         ),
         f"jaxcal BPRMF adam (batch {batch})": BPRMF(
-            dim=FACTORS, optimizer="adam", lr=0.01, l2=0.01, n_steps=n_steps, batch_size=batch
+            rank=FACTORS,
+            optimizer="adam",
+            learning_rate=0.01,
+            l2=0.01,
+            n_steps=n_steps,
+            batch_size=batch,
         ),
     }
     for name, model in jax_models.items():
@@ -280,9 +287,9 @@ def main(args: argparse.Namespace) -> int:
             f"synthetic, batch {batch}",
             train,
             BPRMF(
-                dim=FACTORS,
+                rank=FACTORS,
                 optimizer="sgd",
-                lr=0.05 * batch,
+                learning_rate=0.05 * batch,
                 l2=0.01,
                 n_steps=max(1, n_steps // 4),
                 batch_size=batch,
@@ -298,8 +305,8 @@ def main(args: argparse.Namespace) -> int:
                 "Coat, batch 256",
                 coat_train,
                 BPRMF(
-                    dim=FACTORS,
-                    lr=0.01,
+                    rank=FACTORS,
+                    learning_rate=0.01,
                     l2=0.1,
                     n_steps=200 if args.quick else 1000,
                     batch_size=256,

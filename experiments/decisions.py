@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 import jaxcal
+from jaxcal.bayes import NUTS
 from jaxcal.data import binarize, load_coat, simulate_preferences
 from jaxcal.recsys import BPRMF
 
@@ -59,7 +60,7 @@ def probability_sources(s_cal, y_cal, s_eval, *, seed: int) -> dict[str, dict]:
     """The ``top_k`` keyword (probs / draws / interval) of each calibrated rule."""
     point = jaxcal.PlattScaling().fit(s_cal, y_cal).predict(s_eval)
     post = jaxcal.PlattScaling().fit_bayes(
-        s_cal, y_cal, key=jax.random.key(seed), num_samples=250, num_warmup=250
+        s_cal, y_cal, key=jax.random.key(seed), method=NUTS(n_samples=250, n_warmup=250)
     )
     draws = np.asarray(post.probability_draws(s_eval))
     draws = draws[:: draws.shape[0] // N_DRAWS][:N_DRAWS]
@@ -98,7 +99,7 @@ def evaluate(sources: dict[str, dict], group, labels, *, what: str) -> dict[str,
 
 
 def simulator(seed: int = 0) -> dict[str, dict]:
-    data = simulate_preferences(n_users=500, n_items=30, seed=seed, base_rate=0.3,
+    data = simulate_preferences(n_users=500, n_items=30, key=jax.random.key(seed), base_rate=0.3,
                                 score_scale=1.5, score_shift=1.0)  # fmt: skip
     users = np.asarray(data.users)
     scores = np.asarray(data.scores, np.float64)
@@ -114,8 +115,8 @@ def simulator(seed: int = 0) -> dict[str, dict]:
 
 def coat(seed: int = 0) -> dict[str, dict]:
     data = load_coat()
-    model = BPRMF(dim=16, lr=0.01, l2=0.1, n_steps=1000, batch_size=256)
-    table = np.asarray(model.fit(binarize(data.train), key=jax.random.key(seed)).score_all())
+    model = BPRMF(rank=16, learning_rate=0.01, l2=0.1, n_steps=1000, batch_size=256)
+    table = np.asarray(model.fit(binarize(data.train), key=jax.random.key(seed)).predict_all())
     users, items = np.nonzero(data.test)
     scores = table[users, items].astype(np.float64)
     labels = (data.test[users, items] >= 4).astype(np.float64)

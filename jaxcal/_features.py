@@ -143,6 +143,21 @@ def _numeric_edges(x: np.ndarray, n_bins: int) -> np.ndarray:
     return edges[1:-1].astype(np.float64)
 
 
+def _integer_table(cats: np.ndarray, values: np.ndarray, reserved: int) -> np.ndarray | None:
+    """The code of every integer from the smallest category to the largest (``reserved``
+    where none), when both are integers and the range is small; else ``None``."""
+    exact = values.dtype.kind in "bi" or (values.dtype.kind == "u" and values.itemsize < 8)
+    if not exact or cats.dtype.kind not in "biu":
+        return None
+    cats = cats.astype(np.int64)
+    span = int(cats[-1]) - int(cats[0]) + 1
+    if span > 4 * cats.size + 1024:
+        return None
+    table = np.full(span, reserved, np.int32)
+    table[cats - cats[0]] = np.arange(cats.size, dtype=np.int32)
+    return table
+
+
 def _python_values(values: np.ndarray) -> tuple:
     return tuple(v.item() if isinstance(v, np.generic) else v for v in values)
 
@@ -217,6 +232,11 @@ class FeatureEncoder:
             values = values.astype(str) if cats.dtype.kind == "U" else values
             if cats.dtype.kind != "U":  # strings against numeric categories: none match
                 return np.full(arr.shape, reserved)
+        table = _integer_table(cats, values, reserved)
+        if table is not None:  # a few integer categories: one lookup per row
+            offset = values.astype(np.int64) - int(cats[0])
+            inside = (offset >= 0) & (offset < table.size) & ~missing
+            return np.where(inside, table[np.where(inside, offset, 0)], reserved)
         pos = np.clip(np.searchsorted(cats, values), 0, cats.size - 1)
         found = (cats[pos] == values) & ~missing
         return np.where(found, pos, reserved)

@@ -216,3 +216,35 @@ def prepare_fit_batch(scores, labels, *, mask, group, sample_weight, propensity,
         sample_weight=jnp.asarray(v),
     )
     return s, np.asarray(t, np.float64), np.asarray(w, np.float64)
+
+
+def working_dtype() -> np.dtype:
+    """JAX's default float dtype: float64 iff x64 is enabled.
+
+    Example:
+        >>> from jaxcal._fitdata import working_dtype
+        >>> working_dtype().name  # JAX's default (x64 off)
+        'float32'
+    """
+    return np.dtype(jnp.result_type(float))
+
+
+def fit_dtype(scores: Any) -> np.dtype:
+    """The dtype a calibrator fitted on ``scores`` computes in and stores (docs/api.md: a
+    fitted calibrator's float leaves have the dtype of its scores): the scores' own float
+    dtype as JAX holds it (float32 scores give float32 even with x64 enabled; float64 scores
+    give float64 with x64, float32 without), and JAX's default float for anything else
+    (integer, boolean or half-precision scores, Python sequences).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal._fitdata import fit_dtype
+        >>> fit_dtype(np.zeros(3, np.float32)).name
+        'float32'
+        >>> fit_dtype([0, 1, 2]).name  # JAX's default float (x64 off)
+        'float32'
+    """
+    dtype = getattr(scores, "dtype", None)
+    if dtype is not None and np.dtype(dtype) in (np.float32, np.float64):
+        return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    return working_dtype()

@@ -300,7 +300,8 @@ class _Jit:
         # in the fingerprint): no probe compile on a cache hit
         cpu = backend == "cpu" and not self._xla_defaults
         options = (_ASKED[tier], os.environ.get("JAXCAL_XLA_DEFAULTS")) if cpu else None
-        text = repr((self.__module__, self.__qualname__, dyn_tree, specs, statics, options))
+        text = repr((self.__module__, self.__qualname__, dyn_tree, specs, options))
+        text += _static_text(statics)
         # an address in a repr (an object without a stable repr) would never hit: no disk
         if " at 0x" in text:
             return None
@@ -370,6 +371,37 @@ class _Jit:
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:  # usable as a method
         return self if obj is None else functools.partial(self, obj)
+
+
+def _static_text(value: Any) -> str:
+    """A repr of static arguments that is the same in every process.
+
+    A function's repr holds its address; a function of jaxcal (or of JAX / NumPy) is named
+    by its module and qualified name instead, which is stable since the cache's fingerprint
+    holds jaxcal's source digest and JAX's version (the EM programs take their E- and
+    M-steps as static arguments). Other functions keep their repr, address included, so
+    their programs are not stored (a user's function can change under the same name)."""
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({', '.join(_static_text(v) for v in value)})"
+    if isinstance(value, dict):
+        items = (f"{_static_text(k)}: {_static_text(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, functools.partial):
+        keywords = tuple(sorted(value.keywords.items()))
+        return f"partial({_static_text((value.func, value.args, keywords))})"
+    if inspect.ismethod(value):
+        return f"{_static_text(value.__self__)}.{value.__func__.__name__}"
+    if inspect.isfunction(value) or inspect.isbuiltin(value):
+        return _named(value) or repr(value)
+    return repr(value)
+
+
+def _named(fun: Callable) -> str | None:
+    """``module.qualname`` of a module-level function of jaxcal, JAX or NumPy, else ``None``."""
+    module, qualname = getattr(fun, "__module__", None) or "", fun.__qualname__
+    if "<" in qualname or module.split(".")[0] not in ("jaxcal", "jax", "jaxlib", "numpy"):
+        return None
+    return f"{module}.{qualname}"
 
 
 def jit(fun: Callable | None = None, **kwargs: Any) -> Any:

@@ -98,6 +98,15 @@ def save(obj: Any, path: str | os.PathLike) -> None:
 
     The file is a NumPy ``.npz`` archive; ``path`` is used as given (NumPy appends
     ``.npz`` if it is missing, and ``jaxcal.load`` accepts either spelling).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([0.1, 0.4, 0.6, 0.9]), np.array([0, 1, 0, 1])
+        >>> fitted = jaxcal.PlattScaling().fit(s, y)
+        >>> jaxcal.save(fitted, "platt.npz")
+        >>> loaded = jaxcal.load("platt.npz")
+        >>> type(loaded).__name__, bool(np.array_equal(loaded.predict(s), fitted.predict(s)))
+        ('FittedPlatt', True)
     """
     arrays: dict[str, np.ndarray] = {}
     tree = _encode(obj, arrays)
@@ -425,6 +434,18 @@ def load(path: str | os.PathLike) -> Any:
             not a jaxcal file, and every kind of damage above.
         ImportError: when a jaxcal module the file needs exists but cannot be imported
             (e.g. a missing optional dependency).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.scoremodels import GaussianScoreModel
+        >>> params = GaussianScoreModel().fit(np.array([0.2, 0.6, 1.1, 1.9]), [0, 0, 1, 1])
+        >>> jaxcal.save(params, "gaussian_params")  # NumPy appends .npz
+        >>> jaxcal.load("gaussian_params") == params  # either spelling of the path
+        True
+        >>> jaxcal.load("missing.npz")
+        Traceback (most recent call last):
+        ...
+        ValueError: cannot read missing.npz: no such file.
     """
     path = os.fspath(path)
     if not os.path.exists(path) and os.path.exists(path + ".npz"):

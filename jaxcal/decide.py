@@ -83,7 +83,7 @@ from jax.typing import ArrayLike
 
 from jaxcal import _shapes
 from jaxcal._jit import jit
-from jaxcal._validation import check_groups, check_probs, check_scores
+from jaxcal._validation import check_groups, check_int, check_probs, check_scores
 
 __all__ = ["Decision", "top_k", "poisson_binomial_logpmf", "GUARANTEES"]
 
@@ -110,6 +110,17 @@ class Decision(NamedTuple):
             group, at most ``max_k``); NaN where ``k`` exceeds the group's size.
         shown: ``[n]`` bool, whether each item is shown.
         rank: ``[n]`` int32 position of each item in its group's ranking (0 = first).
+
+    Example:
+        >>> import jaxcal
+        >>> d = jaxcal.decide.top_k(
+        ...     [1, 1, 2, 2], probs=[0.9, 0.8, 0.3, 0.2], target=0.5, credibility=0.5
+        ... )
+        >>> d.groups.tolist(), d.k.tolist(), d.abstain.tolist()
+        ([1, 2], [2, 0], [False, True])
+        >>> # group 1 shows both (a hit among 2 with prob 1 - 0.1 * 0.2); group 2 abstains
+        >>> d.credibility.tolist(), d.shown.tolist()
+        ([0.98, 0.44], [True, True, False, False])
     """
 
     groups: np.ndarray
@@ -307,8 +318,8 @@ def top_k(
     if guarantee not in GUARANTEES:
         raise ValueError(f"guarantee must be one of {GUARANTEES}; got {guarantee!r}.")
     target, credibility = _check_levels(target, credibility)
-    min_k = _check_count(min_k, "min_k")
-    max_k = None if max_k is None else _check_count(max_k, "max_k")
+    min_k = check_int(min_k, "min_k")
+    max_k = None if max_k is None else check_int(max_k, "max_k")
     if max_k is not None and max_k < min_k:
         raise ValueError(f"max_k ({max_k}) must be >= min_k ({min_k}).")
 
@@ -415,9 +426,3 @@ def _check_levels(target: Any, credibility: Any) -> tuple[float, float]:
     if not 0.0 < values["credibility"] < 1.0:
         raise ValueError(f"credibility must be in (0, 1); got {credibility!r}.")
     return values["target"], values["credibility"]
-
-
-def _check_count(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {v!r}.")
-    return int(v)

@@ -19,6 +19,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from jaxcal._validation import check_int
+
 __all__ = [
     "initialize",
     "process_count",
@@ -30,36 +32,62 @@ __all__ = [
 
 
 def process_count() -> int:
-    """Number of processes in the job (1 without ``jax.distributed``)."""
+    """Number of processes in the job (1 without ``jax.distributed``).
+
+    Example:
+        >>> from jaxcal import distributed
+        >>> distributed.process_count()  # a single process
+        1
+    """
     return jax.process_count()
 
 
 def process_index() -> int:
-    """This process's index in the job (0 without ``jax.distributed``)."""
+    """This process's index in the job (0 without ``jax.distributed``).
+
+    Example:
+        >>> from jaxcal import distributed
+        >>> distributed.process_index()  # a single process
+        0
+    """
     return jax.process_index()
 
 
-def initialize(coordinator: str, num_processes: int, process_id: int) -> None:
+def initialize(coordinator: str, n_processes: int, process_id: int) -> None:
     """Join a ``jax.distributed`` job, with Gloo collectives on CPU.
+
+    Every process of the job calls it once, before any other JAX computation, with the same
+    ``coordinator`` and ``n_processes`` and its own ``process_id``.
 
     Args:
         coordinator: ``host:port`` of process 0 (every process passes the same address).
-        num_processes: processes in the job.
-        process_id: this process's index, ``0 .. num_processes - 1``.
+        n_processes: processes in the job.
+        process_id: this process's index, ``0 .. n_processes - 1``.
 
     Raises:
         ValueError: on a malformed address or inconsistent process numbers.
+
+    Example:
+        In process ``i`` of a job of two, ``jaxcal.distributed.initialize("host0:8476", 2,
+        i)``; the arguments are checked before anything is started:
+
+        >>> from jaxcal import distributed
+        >>> distributed.initialize("host0:8476", 2, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: process_id must lie in [0, 1]; got 2.
     """
     host, _, port = str(coordinator).rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"coordinator must be host:port; got {coordinator!r}.")
-    if not (isinstance(num_processes, int) and num_processes >= 1):
-        raise ValueError(f"num_processes must be a positive integer; got {num_processes!r}.")
-    if not (isinstance(process_id, int) and 0 <= process_id < num_processes):
-        raise ValueError(f"process_id must lie in [0, {num_processes - 1}]; got {process_id!r}.")
+    n_processes = check_int(n_processes, "n_processes", minimum=1)
+    if isinstance(process_id, bool) or not isinstance(process_id, int | np.integer):
+        raise ValueError(f"process_id must be an integer; got {process_id!r}.")
+    if not 0 <= process_id < n_processes:
+        raise ValueError(f"process_id must lie in [0, {n_processes - 1}]; got {process_id!r}.")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
-        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+        coordinator_address=coordinator, num_processes=n_processes, process_id=int(process_id)
     )
 
 
@@ -86,7 +114,15 @@ def _gather(x: np.ndarray) -> np.ndarray:
 def process_sum(tree: Any) -> Any:
     """The sum over processes of a pytree of arrays (NumPy arrays back, same on every
     process; summed in process order). Leaves must have the same shape and dtype on every
-    process."""
+    process.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal import distributed
+        >>> stats = {"count": np.array([3, 4]), "sum": np.array([1.5, 2.0])}
+        >>> distributed.process_sum(stats)["count"]  # one process: its own statistics
+        array([3, 4])
+    """
     if process_count() == 1:
         return tree
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -102,7 +138,13 @@ def process_sum(tree: Any) -> Any:
 
 
 def process_max(value: int | float) -> int | float:
-    """The largest ``value`` over processes (same on every process)."""
+    """The largest ``value`` over processes (same on every process).
+
+    Example:
+        >>> from jaxcal import distributed
+        >>> distributed.process_max(7)  # one process: its own value
+        7
+    """
     if process_count() == 1:
         return value
     g = _gather(np.asarray([value], np.float64))
@@ -110,7 +152,13 @@ def process_max(value: int | float) -> int | float:
 
 
 def process_union(keys: np.ndarray) -> np.ndarray:
-    """The sorted union of 1-D int64 ``keys`` over processes (lengths may differ)."""
+    """The sorted union of 1-D int64 ``keys`` over processes (lengths may differ).
+
+    Example:
+        >>> from jaxcal import distributed
+        >>> distributed.process_union([5, 2, 5, 9]).tolist()  # one process: sorted, unique
+        [2, 5, 9]
+    """
     keys = np.unique(np.asarray(keys, np.int64))
     if process_count() == 1:
         return keys

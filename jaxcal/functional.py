@@ -31,15 +31,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.typing import ArrayLike
 
+if TYPE_CHECKING:
+    from jaxcal.calibrators._base import FittedCalibrator
+
 __all__ = ["fit", "predict"]
 
 
-def fit(calibrator: Any, scores: ArrayLike, labels: ArrayLike, **options: Any) -> Any:
+def fit(calibrator: Any, scores: ArrayLike, labels: ArrayLike, **options: Any) -> FittedCalibrator:
     """The pure fit of ``calibrator`` on one problem (``[n]`` arrays): a fitted pytree.
 
     ``calibrator`` is any jaxcal calibrator (``jaxcal.PlattScaling(...)``,
@@ -59,6 +62,15 @@ def fit(calibrator: Any, scores: ArrayLike, labels: ArrayLike, **options: Any) -
     return calibrator.fit_pure(scores, labels, **options)
 
 
-def predict(fitted: Any, scores: ArrayLike) -> jax.Array:
-    """Calibrated probabilities of a fitted calibrator (``fitted.predict(scores)``)."""
+def predict(fitted: FittedCalibrator, scores: ArrayLike) -> jax.Array:
+    """Calibrated probabilities of a fitted calibrator (``fitted.predict(scores)``).
+
+    Example:
+        >>> import jax, numpy as np, jaxcal
+        >>> from jaxcal import functional as F
+        >>> s, y = np.array([0.1, 0.3, 0.6, 0.9]), np.array([0.0, 1.0, 0.0, 1.0])
+        >>> fitted = F.fit(jaxcal.HistogramBinning(n_bins=2, strategy="uniform"), s, y)
+        >>> jax.jit(F.predict)(fitted, np.array([0.2, 0.8]))
+        Array([0.5, 0.5], dtype=float32)
+    """
     return fitted.predict(scores)

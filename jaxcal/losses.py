@@ -62,7 +62,20 @@ LOSSES = ("naive", "ips", "ips_positive", "snips")
 
 
 def check_loss(loss: str, propensity: object) -> None:
-    """Eager check of a loss name and whether it needs propensities."""
+    """Eager check of a loss name and whether it needs propensities.
+
+    Raises:
+        ValueError: ``loss`` not one of :data:`LOSSES`, or a loss other than ``"naive"``
+            without ``propensity``.
+
+    Example:
+        >>> from jaxcal.losses import check_loss
+        >>> check_loss("ips", [0.5, 0.25])  # fine: returns None
+        >>> check_loss("ips", None)
+        Traceback (most recent call last):
+        ...
+        ValueError: loss="ips" needs per-pair propensities: pass propensity=...
+    """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}.")
     if loss != "naive" and propensity is None:
@@ -88,9 +101,21 @@ def loss_targets_weights(
         loss: one of ``"naive"``, ``"ips"``, ``"ips_positive"``, ``"snips"``.
 
     Returns:
-        ``(targets, weights)``, both ``[n]``.
+        ``(targets, weights)``, both ``[n]``, in the labels' float dtype (JAX's default float
+        for integer or boolean labels).
+
+    Example:
+        >>> from jaxcal.losses import loss_targets_weights
+        >>> t, w = loss_targets_weights([1, 0, 1], propensity=[0.5, 1.0, 0.25], loss="ips")
+        >>> t.tolist(), w.tolist()  # t = Y / propensity
+        ([2.0, 0.0, 4.0], [1.0, 1.0, 1.0])
+        >>> t, w = loss_targets_weights([1, 0, 1], propensity=[0.5, 1.0, 0.25], loss="snips")
+        >>> t.tolist(), w.tolist()  # positives 1/omega, normalised to mean 1: kappa = 2 / 6
+        ([1.0, 0.0, 1.0], [0.666667, 1.0, 1.333333])
     """
     y = jnp.asarray(labels)
+    if not jnp.issubdtype(y.dtype, jnp.floating):  # propensities are cast to the labels' dtype
+        y = y.astype(jnp.result_type(float))
     v = jnp.ones_like(y) if sample_weight is None else jnp.asarray(sample_weight, y.dtype)
     if loss == "naive":
         return y, v
@@ -108,8 +133,23 @@ def loss_targets_weights(
 
 
 def weighted_logistic_loss(z: ArrayLike, targets: ArrayLike, weights: ArrayLike) -> jax.Array:
-    r"""``sum_i w_i [softplus(z_i) - t_i z_i]``, computed stably in log space."""
-    z = jnp.asarray(z)
+    r"""``sum_i w_i [softplus(z_i) - t_i z_i]``, computed stably in log space.
+
+    Args:
+        z: ``[n]`` logits.
+        targets, weights: ``[n]`` targets and weights (:func:`loss_targets_weights`).
+
+    Returns:
+        The scalar loss (the weighted log-loss in nats for 0/1 targets).
+
+    Example:
+        >>> import math
+        >>> from jaxcal.losses import weighted_logistic_loss
+        >>> value = float(weighted_logistic_loss([0.0, 2.0], [1.0, 0.0], [1.0, 2.0]))
+        >>> math.isclose(value, math.log(2) + 2 * math.log1p(math.exp(2)), rel_tol=1e-6)
+        True
+    """
+    z, targets, weights = (jnp.asarray(a) for a in (z, targets, weights))
     return jnp.sum(weights * (jax.nn.softplus(z) - targets * z))
 
 

@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,8 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
         loss: the loss weighting passed to ``calibrator.fit`` (``"naive"``, ``"ips"``,
             ``"ips_positive"`` or ``"snips"``; all but ``"naive"`` need ``propensity`` in
             :meth:`fit`).
+        key: a JAX PRNG key for a calibrator whose fit is random (``NeuralCalibration``
+            initialises its network from it); required by those, unused by the others.
 
     Attributes:
         calibrator_: the fitted jaxcal calibrator (an immutable pytree with ``predict``).
@@ -106,9 +109,10 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
         array(['no', 'yes'], dtype='<U3')
     """
 
-    def __init__(self, calibrator: Any = None, loss: str = "naive"):
+    def __init__(self, calibrator: Any = None, loss: str = "naive", key: Any = None):
         self.calibrator = calibrator
         self.loss = loss
+        self.key = key
 
     def _calibrator(self) -> Any:
         return _default_calibrator() if self.calibrator is None else self.calibrator
@@ -215,14 +219,24 @@ class ScoreCalibrator(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"length mismatch: {scores.shape[0]} scores but {labels.shape[0]} labels."
             )
+        calibrator = self._calibrator()
+        keyed = {}
+        if "key" in inspect.signature(calibrator.fit).parameters:  # a random fit
+            if self.key is None:
+                raise ValueError(
+                    f"{type(calibrator).__name__}'s fit is random: pass "
+                    f"{type(self).__name__}(..., key=jax.random.key(0)) (a JAX PRNG key)."
+                )
+            keyed = {"key": self.key}
         self.classes_ = classes
-        self.calibrator_ = self._calibrator().fit(
+        self.calibrator_ = calibrator.fit(
             scores,
             labels,
             *self._table(X),
             sample_weight=sample_weight,
             propensity=propensity,
             loss=self.loss,
+            **keyed,
         )
         return self
 

@@ -6,6 +6,7 @@ trace events, counted in a second process (a hit must trace nothing); damaged en
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import subprocess
@@ -229,3 +230,62 @@ def test_small_programs_skip_llvm_optimisation_and_give_the_same_bits(monkeypatc
         )
         thetas.append(np.asarray(solve(*args, stride=1)[0]))
     np.testing.assert_array_equal(thetas[0], thetas[1])
+
+
+EM_SCRIPT = r"""
+import json
+import numpy as np
+import jax
+traces = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, *a, **k: traces.append(name) if name.endswith("jaxpr_trace_duration") else None
+)
+from jaxcal import clicks
+out = {}
+for name in ("PBM", "DBN"):
+    log = clicks.simulate(
+        name, clicks.example_params(name, key=jax.random.key(0)), 300, key=jax.random.key(0)
+    )
+    before = len(traces)
+    fitted = getattr(clicks, name)().fit(log, max_iter=3)
+    marginal = np.asarray(fitted.predict_marginal(log))
+    out[name] = {"traces": len(traces) - before, "marginal": marginal.tolist()}
+print(json.dumps(out))
+"""
+
+
+def test_em_programs_with_step_functions_as_static_arguments_are_stored(tmp_path):
+    """The click models' EM programs take their E- and M-step functions as static
+    arguments; those are named by module and qualified name, so the programs reach the disk
+    and a second process traces nothing, with the same numbers."""
+    import json
+
+    env = {**os.environ, "JAXCAL_COMPILATION_CACHE": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", EM_SCRIPT], env=env, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for name in ("PBM", "DBN"):
+        assert runs[0][name]["traces"] > 0 and runs[1][name]["traces"] == 0
+        assert runs[0][name]["marginal"] == runs[1][name]["marginal"]
+
+
+def _local_step(x):
+    return x
+
+
+def test_static_functions_outside_jaxcal_are_not_named():
+    """Only functions whose code the cache's fingerprint covers (jaxcal's source digest,
+    JAX's and NumPy's versions) are keyed by name; a user's function keeps its address, so
+    its programs stay in memory (it could change under the same name)."""
+    from jaxcal.clicks import _em
+
+    named = _jit._static_text((("f", _em.ratio),))
+    assert "0x" not in named and "jaxcal.clicks._em.ratio" in named
+    assert "0x" not in _jit._static_text(functools.partial(jnp.add, 1))
+    assert " at 0x" in _jit._static_text(_local_step)  # a test module, not jaxcal
+    assert " at 0x" in _jit._static_text(lambda x: x)

@@ -57,5 +57,9 @@ def test_initialize_rejects_bad_arguments():
         distributed.initialize("localhost", 2, 0)
     with pytest.raises(ValueError, match="process_id"):
         distributed.initialize("localhost:1234", 2, 2)
-    with pytest.raises(ValueError, match="num_processes"):
+    with pytest.raises(ValueError, match="n_processes"):
         distributed.initialize("localhost:1234", 0, 0)
+    with pytest.raises(ValueError, match="n_processes"):
+        distributed.initialize("localhost:1234", 2.0, 0)
+    with pytest.raises(ValueError, match="process_id"):
+        distributed.initialize("localhost:1234", 2, True)

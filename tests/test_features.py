@@ -100,6 +100,28 @@ def test_unseen_categories_and_missing_values_get_the_reserved_code():
     assert new.tolist() == [[0, 2, 1], [2, 1, 2], [1, 1, 0]]
 
 
+@pytest.mark.parametrize(
+    ("fit_values", "new_values"),
+    [
+        (np.array([3, -2, 7, 3, 40]), np.array([7, -2, 5, 41, -3, 3, 40])),  # a few ints
+        (np.array([0, 10**6, 5]), np.array([5, 10**6, 6, 0])),  # sparse: searched
+        (np.array([True, False, True]), np.array([False, True])),
+        (np.array([2, 4], np.int8), np.array([4, 3, 2, -128], np.int8)),
+        (np.array([1, 9], np.uint16), np.array([9, 65535, 1], np.uint16)),
+        (np.array([1, 9]), np.array([9, 2**64 - 1, 1], np.uint64)),  # beyond int64
+    ],
+)
+def test_integer_categories_code_by_sorted_rank(fit_values, new_values):
+    """Integer and bool categories get their rank among the sorted levels, unseen ones the
+    reserved code, whatever the integer type (oracle: a Python dictionary)."""
+    codes, enc = encode_features({"c": fit_values})
+    levels = sorted({v.item() for v in fit_values})
+    rank = {v: k for k, v in enumerate(levels)}
+    assert codes[:, 0].tolist() == [rank[v.item()] for v in fit_values]
+    new = enc.transform({"c": new_values})[:, 0]
+    assert new.tolist() == [rank.get(v.item(), len(levels)) for v in new_values]
+
+
 def test_forced_kinds_and_float_categorical_with_nan():
     t = {"f": np.array([2.0, np.nan, 1.0, 2.0]), "i": np.array([1, 2, 3, 4])}
     codes, enc = encode_features(t, categorical=["f"], numeric="i", n_bins=2)

@@ -21,9 +21,15 @@ import pytest
 
 import jaxcal
 from jaxcal import functional as F
+from jaxcal.calibrators._base import FittedCalibrator
 
+# the estimators (not their fitted types, which jaxcal exports too)
 CALIBRATORS = sorted(
-    n for n in jaxcal.__all__ if inspect.isclass(getattr(jaxcal, n)) and n != "NeuralCalibration"
+    n
+    for n in jaxcal.__all__
+    if inspect.isclass(getattr(jaxcal, n))
+    and not issubclass(getattr(jaxcal, n), FittedCalibrator)
+    and n != "NeuralCalibration"
 )
 _SCORES_IN_01 = {"BetaCalibration", "BBQ", "HistogramBinning"}
 _POSITIVE_SCORES = {"GammaCalibration", "ExponentialCalibration"}
@@ -158,5 +164,5 @@ def test_venn_abers_and_spline_fits_under_shard_map_on_four_devices():
     calibration (its batched Newton solve over penalties x folds: 85 systems per problem,
     170 per device, solved in JAX; LAPACK's batched Cholesky waits on the CPU thread pool
     and hung with as many devices as pool threads)."""
-    calibrators = "jaxcal.VennAbers(), jaxcal.VennAbers(cross_folds=3), jaxcal.SplineCalibration()"
+    calibrators = "jaxcal.VennAbers(), jaxcal.VennAbers(n_folds=3), jaxcal.SplineCalibration()"
     _run_on_four_devices(_SHARDED.format(n=100, calibrators=calibrators))

@@ -131,8 +131,8 @@ def test_params_expose_the_calibrator_fields_and_set_params_replaces_it():
     cal = est.calibrator
     fields = {f.name: getattr(cal, f.name) for f in dataclasses.fields(cal)}
     assert {k: params[f"calibrator__{k}"] for k in fields} == fields
-    assert set(params) == {"calibrator", "loss", *(f"calibrator__{k}" for k in fields)}
-    assert set(est.get_params(deep=False)) == {"calibrator", "loss"}
+    assert set(params) == {"calibrator", "loss", "key", *(f"calibrator__{k}" for k in fields)}
+    assert set(est.get_params(deep=False)) == {"calibrator", "loss", "key"}
 
     copy = clone(est)
     assert copy.get_params(deep=True) == params
@@ -265,3 +265,18 @@ def test_import_jaxcal_does_not_import_scikit_learn():
     run = [sys.executable, "-c", "\n".join(lines)]
     proc = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_random_calibrator_takes_the_adapters_key():
+    """NeuralCalibration's fit needs a key: the adapter passes its own, gives the same map as
+    the calibrator fitted directly with it, and names ``key`` when it has none."""
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=400)
+    y = (rng.uniform(size=400) < 1 / (1 + np.exp(-2 * s))).astype(int)
+    cal = jaxcal.NeuralCalibration(n_knots=5, rank=2, hidden=(), n_steps=50)
+    key = jax.random.key(3)
+    direct = np.asarray(cal.fit(s, y, key=key).predict(s), np.float64)
+    adapted = ScoreCalibrator(cal, key=key).fit(s, y).predict_proba(s)[:, 1]
+    np.testing.assert_allclose(adapted, direct, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="key"):
+        ScoreCalibrator(cal).fit(s, y)

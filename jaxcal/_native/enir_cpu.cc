@@ -48,7 +48,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "ffi_checks.h"
@@ -56,8 +55,8 @@
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-using jaxcal_native::CheckBatch;
-using jaxcal_native::CheckLike;
+using jaxcal_native::Batch, jaxcal_native::BatchOf, jaxcal_native::CheckBatch,
+    jaxcal_native::CheckLike, jaxcal_native::Data, jaxcal_native::ForFloatType;
 
 namespace {
 
@@ -620,32 +619,23 @@ constexpr const char* kNotPrefix = "enir_cpu: real must be true for a prefix of 
 // Calls `solve(ws, b, at, n_real)` for every problem `b` of a batch of runs (its runs start at
 // `at`, the first `n_real` of them real) with one leased workspace; returns the first error.
 template <typename Solve>
-ffi::Error ForEachProblem(const ffi::AnyBuffer& real, int64_t n, int64_t batch, Solve solve) {
-  if (batch == 0) return ffi::Error::Success();
+ffi::Error ForEachProblem(const ffi::AnyBuffer& real, const Batch& batch, Solve solve) {
+  if (batch.problems() == 0) return ffi::Error::Success();
+  const int64_t n = batch.n;
   WorkspaceLease lease(n);
   Workspace& ws = lease.get();
-  for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t b = 0; b < batch.problems(); ++b) {
     const int64_t at = b * n;
-    const int64_t n_real = RealCount(static_cast<const bool*>(real.untyped_data()) + at, n);
+    const int64_t n_real = RealCount(Data<bool>(real, at), n);
     if (n_real < 0) return ffi::Error::InvalidArgument(kNotPrefix);
     if (ffi::Error e = solve(ws, b, at, n_real); e.failure()) return e;
   }
   return ffi::Error::Success();
 }
 
-// Element `at` of a buffer of T.
-template <typename T>
-const T* At(const ffi::AnyBuffer& buffer, int64_t at) {
-  return static_cast<const T*>(buffer.untyped_data()) + at;
-}
-
 ffi::Error CheckRuns(const ffi::AnyBuffer& w, std::initializer_list<const ffi::AnyBuffer*> same,
-                     const ffi::AnyBuffer& real, int64_t& n, int64_t& batch) {
-  const auto dims = w.dimensions();
-  if (dims.size() == 0) return ffi::Error::InvalidArgument("enir_cpu: runs must have rank >= 1");
-  n = dims.back();
-  const int64_t total = static_cast<int64_t>(w.element_count());
-  batch = n == 0 ? 0 : total / n;
+                     const ffi::AnyBuffer& real, Batch& batch) {
+  if (ffi::Error e = BatchOf(kEnir, "the runs", w, 31, batch); e.failure()) return e;
   for (const ffi::AnyBuffer* b : same) {
     if (ffi::Error e = CheckLike(kEnir, "every run array", *b, w.element_type(), w, kLikeRuns);
         e.failure()) {
@@ -657,7 +647,6 @@ ffi::Error CheckRuns(const ffi::AnyBuffer& w, std::initializer_list<const ffi::A
       e.failure()) {
     return e;
   }
-  if (n > int64_t{0x7FFFFFFF}) return ffi::Error::InvalidArgument("enir_cpu: N >= 2**31");
   return ffi::Error::Success();
 }
 
@@ -666,8 +655,9 @@ ffi::Error SolveEnir(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi:
                      ffi::AnyBuffer real, ffi::AnyBuffer n_eff, ffi::AnyBuffer eps,
                      ffi::Result<ffi::AnyBuffer> acc, ffi::Result<ffi::Buffer<ffi::S32>> n_models,
                      ffi::Result<ffi::Buffer<ffi::S32>> n_scored, ffi::Result<ffi::AnyBuffer> lam) {
-  int64_t n = 0, batch = 0;
-  if (ffi::Error e = CheckRuns(w, {&y, &s1, &s0}, real, n, batch); e.failure()) return e;
+  Batch batch;
+  if (ffi::Error e = CheckRuns(w, {&y, &s1, &s0}, real, batch); e.failure()) return e;
+  const int64_t n = batch.n;
   const ffi::DataType t = w.element_type();
   constexpr const char* kCount = "int32 of the runs' batch shape [...]";
   for (ffi::Error e : {CheckBatch(kEnir, "n_eff", n_eff, t, w, {}, kPerProblem),
@@ -680,25 +670,26 @@ ffi::Error SolveEnir(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi:
                        CheckBatch(kEnir, "the last lambda (result)", *lam, t, w, {}, kPerProblem)}) {
     if (e.failure()) return e;
   }
-  return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
-    const double clip = static_cast<double>(At<T>(eps, 0)[b]);
+  return ForEachProblem(real, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
+    const double clip = static_cast<double>(Data<T>(eps)[b]);
     if (!(clip > 0.0 && clip < 0.5)) return ffi::Error::InvalidArgument("enir_cpu: eps");
     if (n_real == 0) {  // no runs: the final model alone, with no groups (as in JAX)
-      T* out = static_cast<T*>(acc->untyped_data()) + at;
+      T* out = Data<T>(acc, at);
       std::fill(out, out + n, T(0));
       n_models->typed_data()[b] = n_scored->typed_data()[b] = 1;
-      static_cast<T*>(lam->untyped_data())[b] = T(0);
+      Data<T>(lam)[b] = T(0);
       return ffi::Error::Success();
     }
-    const T *wp = At<T>(w, at), *yp = At<T>(y, at), *s1p = At<T>(s1, at), *s0p = At<T>(s0, at);
+    const T *wp = Data<T>(w, at), *yp = Data<T>(y, at);
+    const T *s1p = Data<T>(s1, at), *s0p = Data<T>(s0, at);
     const Path path = TracePath<T>(ws, n, n_real, wp, yp, s1p, s0p,
                                    std::numeric_limits<T>::epsilon(), kInf, clip);
-    const double count = static_cast<double>(At<T>(n_eff, 0)[b]);
-    const Average avg = AveragePath<T>(ws, path, wp, yp, s1p, s0p, count, clip,
-                                       static_cast<T*>(acc->untyped_data()) + at);
+    const double count = static_cast<double>(Data<T>(n_eff)[b]);
+    const Average avg =
+        AveragePath<T>(ws, path, wp, yp, s1p, s0p, count, clip, Data<T>(acc, at));
     n_models->typed_data()[b] = avg.n_models;
     n_scored->typed_data()[b] = avg.n_scored;
-    static_cast<T*>(lam->untyped_data())[b] = static_cast<T>(path.lam);
+    Data<T>(lam)[b] = static_cast<T>(path.lam);
     return ffi::Error::Success();
   });
 }
@@ -707,52 +698,39 @@ ffi::Error EnirImpl(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer s1, ffi::
                     ffi::AnyBuffer real, ffi::AnyBuffer n_eff, ffi::AnyBuffer eps,
                     ffi::Result<ffi::AnyBuffer> acc, ffi::Result<ffi::Buffer<ffi::S32>> n_models,
                     ffi::Result<ffi::Buffer<ffi::S32>> n_scored, ffi::Result<ffi::AnyBuffer> lam) {
-  try {
-    const ffi::DataType t = w.element_type();
-    if (t == ffi::DataType::F64) {
-      return SolveEnir<double>(w, y, s1, s0, real, n_eff, eps, acc, n_models, n_scored, lam);
-    }
-    if (t == ffi::DataType::F32) {
-      return SolveEnir<float>(w, y, s1, s0, real, n_eff, eps, acc, n_models, n_scored, lam);
-    }
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "enir_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("enir_cpu: the runs must be float32 or float64");
+  return ForFloatType(kEnir, w.element_type(), "the runs", [&](auto zero) {
+    return SolveEnir<decltype(zero)>(w, y, s1, s0, real, n_eff, eps, acc, n_models, n_scored,
+                                     lam);
+  });
 }
 
 template <typename T>
 ffi::Error SolveNearIsotonic(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer real,
                              ffi::AnyBuffer lam, ffi::Result<ffi::AnyBuffer> out) {
-  int64_t n = 0, batch = 0;
-  if (ffi::Error e = CheckRuns(w, {&y}, real, n, batch); e.failure()) return e;
+  Batch batch;
+  if (ffi::Error e = CheckRuns(w, {&y}, real, batch); e.failure()) return e;
+  const int64_t n = batch.n;
   for (ffi::Error e :
        {CheckBatch(kEnir, "lam", lam, w.element_type(), w, {}, kPerProblem),
         CheckLike(kEnir, "the fitted values (result)", *out, w.element_type(), w, kLikeRuns)}) {
     if (e.failure()) return e;
   }
-  return ForEachProblem(real, n, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
-    const T *wp = At<T>(w, at), *yp = At<T>(y, at);
-    const double stop = static_cast<double>(At<T>(lam, 0)[b]);
+  return ForEachProblem(real, batch, [&](Workspace& ws, int64_t b, int64_t at, int64_t n_real) {
+    const T *wp = Data<T>(w, at), *yp = Data<T>(y, at);
+    const double stop = static_cast<double>(Data<T>(lam)[b]);
     // the positive / negative weights do not enter the path: pass the weights for both
     const Path path =
         TracePath<T>(ws, n, n_real, wp, yp, wp, wp, std::numeric_limits<T>::epsilon(), stop, 0.0);
-    PathValues<T>(ws, path, std::isinf(stop) ? path.lam : stop,
-                  static_cast<T*>(out->untyped_data()) + at);
+    PathValues<T>(ws, path, std::isinf(stop) ? path.lam : stop, Data<T>(out, at));
     return ffi::Error::Success();
   });
 }
 
 ffi::Error NearIsotonicImpl(ffi::AnyBuffer w, ffi::AnyBuffer y, ffi::AnyBuffer real,
                             ffi::AnyBuffer lam, ffi::Result<ffi::AnyBuffer> out) {
-  try {
-    const ffi::DataType t = w.element_type();
-    if (t == ffi::DataType::F64) return SolveNearIsotonic<double>(w, y, real, lam, out);
-    if (t == ffi::DataType::F32) return SolveNearIsotonic<float>(w, y, real, lam, out);
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "enir_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("enir_cpu: the runs must be float32 or float64");
+  return ForFloatType(kEnir, w.element_type(), "the runs", [&](auto zero) {
+    return SolveNearIsotonic<decltype(zero)>(w, y, real, lam, out);
+  });
 }
 
 }  // namespace

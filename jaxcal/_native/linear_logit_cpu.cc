@@ -31,14 +31,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <vector>
 
 #include "ffi_checks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-using jaxcal_native::DimsAre;
+using jaxcal_native::CheckShape, jaxcal_native::Data, jaxcal_native::ForFloatType,
+    jaxcal_native::Mismatch;
 
 namespace {
 
@@ -108,12 +108,16 @@ void ValueGradHess(const Problem& pr, const Vector& eta, Derivatives& out) {
     const double wi = pr.w[i];
     double z = 0;
     for (int64_t j = 0; j < p; ++j) z += eta[j] * x[j * n + i];
+    const double ti = pr.t[i];
     const double e = std::exp(-std::fabs(z));
-    const double softplus = std::max(z, 0.0) + std::log1p(e);
-    const double mu = (z >= 0 ? 1.0 : e) / (1.0 + e);
-    f += wi * (softplus - pr.t[i] * z);
-    const double r = wi * (mu - pr.t[i]);
-    const double c = wi * mu * (1.0 - mu);
+    const double sn = e / (1.0 + e);  // sigmoid(-|z|)
+    // softplus(z) - t z = (1 - t) softplus(z) + t softplus(-z), and sigmoid(z) - t, written
+    // so that a saturated logit on its label's side (t = 1, z >> 0) costs exactly log1p(e)
+    // and pulls by -sn: no cancellation of z against t z, whose rounding (an ulp of z per
+    // row) would stall Newton near a near-step optimum (newton._value_grad_hess)
+    f += wi * ((1.0 - ti) * std::max(z, 0.0) + ti * std::max(-z, 0.0)) + wi * std::log1p(e);
+    const double r = wi * (z >= 0 ? (1.0 - ti) - sn : sn - ti);
+    const double c = wi * sn * (1.0 - sn);
     int64_t q = 0;
     for (int64_t a = 0; a < p; ++a) {
       const double xa = x[a * n + i];
@@ -258,7 +262,12 @@ Candidate Newton(const Problem& pr, const std::vector<bool>& active, const Vecto
       largest = std::max(largest, std::fabs(trial[j]));
       finite_step = finite_step && std::isfinite(d_t[j]);
     }
-    const bool bad_step = ok && (largest > kDivergenceBound || !finite_step);
+    // A decrement below -tol is no rounding: the Hessian is numerically singular (saturated
+    // logits far from any optimum, e.g. a warm start projected onto a face) and d_t is no
+    // descent direction. Such a point is no optimum: the candidate fails (its stage may run
+    // again from a cold start), never "converged" because the decrement is below tol.
+    const bool indefinite = dec_t < -2 * tol * pr.W;
+    const bool bad_step = ok && (largest > kDivergenceBound || !finite_step || indefinite);
     const bool gave_up = !ok && (halvings + 1 >= kMaxHalvings || std::isinf(f));
     const bool diverged = bad_step || gave_up;
     const bool accept = ok && !bad_step;
@@ -446,6 +455,8 @@ Problem Setup(const T* X, const T* t, const T* w, const T* C, int64_t n, int64_t
   return pr;
 }
 
+constexpr const char* kLl = "linear_logit_cpu";
+
 template <typename T>
 ffi::Error Fit(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w, ffi::AnyBuffer C,
                ffi::AnyBuffer l2, ffi::AnyBuffer tol, ffi::AnyBuffer max_iter, int64_t intercept,
@@ -458,37 +469,25 @@ ffi::Error Fit(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w, ffi::AnyBuf
   if (p < 1 || p > 16 || k > 8) {
     return ffi::Error::InvalidArgument("linear_logit_cpu: 1 <= p <= 16 and k <= 8");
   }
-  if (!DimsAre(t.dimensions(), xd, 1) || !DimsAre(w.dimensions(), xd, 1)) {
-    return ffi::Error::InvalidArgument("linear_logit_cpu: t and w must be [n]");
-  }
-  for (const ffi::AnyBuffer* b : {&t, &w, &C, &l2, &tol}) {
-    if (b->element_type() != X.element_type()) {
-      return ffi::Error::InvalidArgument("linear_logit_cpu: the float operands share a dtype");
-    }
+  const ffi::DataType type = X.element_type();
+  for (ffi::Error e : {CheckShape(kLl, "t", t, type, {n}, "[n] of X's dtype"),
+                       CheckShape(kLl, "w", w, type, {n}, "[n] of X's dtype"),
+                       CheckShape(kLl, "C", C, type, {k, p}, "[k, p] of X's dtype"),
+                       CheckShape(kLl, "theta (result)", *theta, type, {p}, "[p] of X's dtype"),
+                       CheckShape(kLl, "info (result)", *info, type, {4 + 2 * k},
+                                  "[4 + 2 k] of X's dtype")}) {
+    if (e.failure()) return e;
   }
   if (l2.element_count() != 1 || tol.element_count() != 1 || max_iter.element_count() != 1 ||
+      l2.element_type() != type || tol.element_type() != type ||
       max_iter.element_type() != ffi::DataType::S32) {
-    return ffi::Error::InvalidArgument("linear_logit_cpu: l2, tol and max_iter are scalars");
-  }
-  const int64_t p_dims[] = {p}, info_dims[] = {4 + 2 * k};
-  if (theta->element_type() != X.element_type() ||
-      !DimsAre(theta->dimensions(), p_dims, 0)) {
-    return ffi::Error::InvalidArgument("linear_logit_cpu: theta (result) must be [p] of X's dtype");
-  }
-  if (info->element_type() != X.element_type() ||
-      !DimsAre(info->dimensions(), info_dims, 0)) {
-    return ffi::Error::InvalidArgument(
-        "linear_logit_cpu: info (result) must be [4 + 2 k] of X's dtype");
+    return Mismatch(kLl, "l2, tol and max_iter", "scalars (of X's dtype; max_iter int32)");
   }
   if (intercept >= p) return ffi::Error::InvalidArgument("linear_logit_cpu: intercept >= p");
-  const Problem pr = Setup<T>(static_cast<const T*>(X.untyped_data()),
-                              static_cast<const T*>(t.untyped_data()),
-                              static_cast<const T*>(w.untyped_data()),
-                              static_cast<const T*>(C.untyped_data()), n, p, k,
-                              static_cast<double>(*static_cast<const T*>(l2.untyped_data())),
-                              intercept);
-  const int64_t iters = *static_cast<const int32_t*>(max_iter.untyped_data());
-  const double tolerance = static_cast<double>(*static_cast<const T*>(tol.untyped_data()));
+  const Problem pr = Setup<T>(Data<T>(X), Data<T>(t), Data<T>(w), Data<T>(C), n, p, k,
+                              static_cast<double>(*Data<T>(l2)), intercept);
+  const int64_t iters = *Data<int32_t>(max_iter);
+  const double tolerance = static_cast<double>(*Data<T>(tol));
   const Answer answer = Search(pr, iters, tolerance);
   const Candidate& c = answer.c;
 
@@ -520,9 +519,9 @@ ffi::Error Fit(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w, ffi::AnyBuf
       th[j] = involved[j] && n_active == n_involved ? 0.0 : projected[j];
     }
   }
-  T* out = static_cast<T*>(theta->untyped_data());
+  T* out = Data<T>(theta);
   for (int64_t j = 0; j < p; ++j) out[j] = static_cast<T>(th[j]);
-  T* status = static_cast<T*>(info->untyped_data());
+  T* status = Data<T>(info);
   status[0] = static_cast<T>(c.code);
   status[1] = static_cast<T>(c.n_iter);
   status[2] = static_cast<T>(c.objective);
@@ -538,18 +537,9 @@ ffi::Error LinearLogitImpl(ffi::AnyBuffer X, ffi::AnyBuffer t, ffi::AnyBuffer w,
                            ffi::AnyBuffer l2, ffi::AnyBuffer tol, ffi::AnyBuffer max_iter,
                            int64_t intercept, ffi::Result<ffi::AnyBuffer> theta,
                            ffi::Result<ffi::AnyBuffer> info) {
-  try {
-    const ffi::DataType type = X.element_type();
-    if (type == ffi::DataType::F64) {
-      return Fit<double>(X, t, w, C, l2, tol, max_iter, intercept, theta, info);
-    }
-    if (type == ffi::DataType::F32) {
-      return Fit<float>(X, t, w, C, l2, tol, max_iter, intercept, theta, info);
-    }
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "linear_logit_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("linear_logit_cpu: the operands must be float32 or float64");
+  return ForFloatType(kLl, X.element_type(), "the operands", [&](auto zero) {
+    return Fit<decltype(zero)>(X, t, w, C, l2, tol, max_iter, intercept, theta, info);
+  });
 }
 
 }  // namespace

@@ -39,7 +39,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "ffi_checks.h"
@@ -48,9 +47,9 @@
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-using jaxcal_native::CheckBatch;
-using jaxcal_native::CheckLike;
-using jaxcal_native::DimsAre;
+using jaxcal_native::Batch, jaxcal_native::BatchOf, jaxcal_native::CheckBatch,
+    jaxcal_native::CheckLike, jaxcal_native::Data, jaxcal_native::DimsAre,
+    jaxcal_native::ForFloatType, jaxcal_native::Mismatch;
 
 namespace {
 
@@ -315,10 +314,9 @@ template <typename T>
 ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
                  ffi::AnyBuffer lo, ffi::AnyBuffer hi, bool has_group,
                  ffi::Result<ffi::AnyBuffer> out) {
+  Batch batch;
+  if (ffi::Error e = BatchOf(kPav, "x", x, 32, batch); e.failure()) return e;
   const auto dims = x.dimensions();
-  if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
-  const int64_t n = dims.back();
-  const int64_t total = static_cast<int64_t>(x.element_count());
   const ffi::DataType t = x.element_type();
   for (ffi::Error e : {CheckLike(kPav, "y", y, t, x, kLikeX), CheckLike(kPav, "w", w, t, x, kLikeX),
                        CheckLike(kPav, "the fitted values (result)", *out, t, x, kLikeX)}) {
@@ -333,12 +331,11 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   for (const ffi::AnyBuffer* bound : {&lo, &hi}) {
     if (bound->element_type() != t || !(DimsAre(bound->dimensions(), dims, 1, {1}) ||
                                         DimsAre(bound->dimensions(), dims, 0))) {
-      return ffi::Error::InvalidArgument("pav_cpu: bounds must be [..., 1] or [..., n] of x's dtype");
+      return Mismatch(kPav, "bounds", "[..., 1] or [..., n] of x's dtype");
     }
   }
-  if (n == 0 || total == 0) return ffi::Error::Success();
-  if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
-  const int64_t n_problems = total / n;
+  const int64_t n = batch.n, n_problems = batch.problems();
+  if (n_problems == 0) return ffi::Error::Success();
   const int64_t lo_width = static_cast<int64_t>(lo.element_count()) / n_problems;
   const int64_t hi_width = static_cast<int64_t>(hi.element_count()) / n_problems;
   const auto valid = [&](const ffi::AnyBuffer& bound, int64_t width) {
@@ -348,12 +345,9 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
   if (!valid(lo, lo_width) || !valid(hi, hi_width)) {
     return ffi::Error::InvalidArgument("pav_cpu: bounds must be [..., 1] or [..., n]");
   }
-  const T* xp = static_cast<const T*>(x.untyped_data());
-  const T* yp = static_cast<const T*>(y.untyped_data());
-  const T* wp = static_cast<const T*>(w.untyped_data());
-  const T* lop = static_cast<const T*>(lo.untyped_data());
-  const T* hip = static_cast<const T*>(hi.untyped_data());
-  T* op = static_cast<T*>(out->untyped_data());
+  const T *xp = Data<T>(x), *yp = Data<T>(y), *wp = Data<T>(w);
+  const T *lop = Data<T>(lo), *hip = Data<T>(hi);
+  T* op = Data<T>(out);
   WorkspaceLease lease(n);
   Workspace& ws = lease.get();
   for (int64_t b = 0; b < n_problems; ++b) {
@@ -363,10 +357,10 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
     if (!has_group) {
       SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, nullptr, bd, op + at);
     } else if (gtype == ffi::DataType::S32) {
-      const int32_t* g = static_cast<const int32_t*>(group.untyped_data()) + at;
+      const int32_t* g = Data<int32_t>(group, at);
       SolveProblem<T, int32_t>(ws, n, xp + at, yp + at, wp + at, g, bd, op + at);
     } else {
-      const int64_t* g = static_cast<const int64_t*>(group.untyped_data()) + at;
+      const int64_t* g = Data<int64_t>(group, at);
       SolveProblem<T, int64_t>(ws, n, xp + at, yp + at, wp + at, g, bd, op + at);
     }
   }
@@ -376,14 +370,9 @@ ffi::Error Solve(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyB
 ffi::Error PavImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w, ffi::AnyBuffer group,
                    ffi::AnyBuffer lo, ffi::AnyBuffer hi, bool has_group,
                    ffi::Result<ffi::AnyBuffer> out) {
-  const ffi::DataType t = x.element_type();
-  try {
-    if (t == ffi::DataType::F64) return Solve<double>(x, y, w, group, lo, hi, has_group, out);
-    if (t == ffi::DataType::F32) return Solve<float>(x, y, w, group, lo, hi, has_group, out);
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pav_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
+  return ForFloatType(kPav, x.element_type(), "x", [&](auto zero) {
+    return Solve<decltype(zero)>(x, y, w, group, lo, hi, has_group, out);
+  });
 }
 
 template <typename T>
@@ -392,10 +381,8 @@ ffi::Error SolveRuns(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
                      ffi::Result<ffi::AnyBuffer> run_value,
                      ffi::Result<ffi::Buffer<ffi::S32>> block_start,
                      ffi::Result<ffi::Buffer<ffi::S32>> n_runs) {
-  const auto dims = x.dimensions();
-  if (dims.size() == 0) return ffi::Error::InvalidArgument("pav_cpu: x must have rank >= 1");
-  const int64_t n = dims.back();
-  const int64_t total = static_cast<int64_t>(x.element_count());
+  Batch batch;
+  if (ffi::Error e = BatchOf(kPav, "x", x, 32, batch); e.failure()) return e;
   const ffi::DataType t = x.element_type();
   constexpr const char* kInt32LikeX = "int32 of x's shape [..., n]";
   for (ffi::Error e : {CheckLike(kPav, "y", y, t, x, kLikeX), CheckLike(kPav, "w", w, t, x, kLikeX),
@@ -408,22 +395,18 @@ ffi::Error SolveRuns(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
                                   "int32 of x's batch shape [...]")}) {
     if (e.failure()) return e;
   }
-  if (n == 0 || total == 0) return ffi::Error::Success();
-  if (n > int64_t{0xFFFFFFFF}) return ffi::Error::InvalidArgument("pav_cpu: n >= 2**32");
+  const int64_t n = batch.n;
+  if (batch.problems() == 0) return ffi::Error::Success();
   WorkspaceLease lease(n);
   Workspace& ws = lease.get();
   ws.Reserve(n);
-  for (int64_t b = 0; b < total / n; ++b) {
+  for (int64_t b = 0; b < batch.problems(); ++b) {
     const int64_t at = b * n;
-    Fill(ws.a(), n, static_cast<const T*>(x.untyped_data()) + at,
-         static_cast<const T*>(y.untyped_data()) + at,
-         static_cast<const T*>(w.untyped_data()) + at, 0);
+    Fill(ws.a(), n, Data<T>(x, at), Data<T>(y, at), Data<T>(w, at), 0);
     SortInto(ws, ws.a(), ws.b(), 0, n, /*float_keys=*/true, 0);
     n_runs->typed_data()[b] = static_cast<int32_t>(
-        PoolRuns<T>(ws.b(), ws.a(), n, static_cast<T*>(run_x->untyped_data()) + at,
-                    static_cast<T*>(run_w->untyped_data()) + at,
-                    static_cast<T*>(run_value->untyped_data()) + at,
-                    block_start->typed_data() + at));
+        PoolRuns<T>(ws.b(), ws.a(), n, Data<T>(run_x, at), Data<T>(run_w, at),
+                    Data<T>(run_value, at), block_start->typed_data() + at));
   }
   return ffi::Error::Success();
 }
@@ -433,21 +416,12 @@ ffi::Error PavRunsImpl(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer w,
                        ffi::Result<ffi::AnyBuffer> run_value,
                        ffi::Result<ffi::Buffer<ffi::S32>> block_start,
                        ffi::Result<ffi::Buffer<ffi::S32>> n_runs) {
-  const ffi::DataType t = x.element_type();
   if (static_cast<int64_t>(x.element_count()) > int64_t{0x7FFFFFFF}) {
     return ffi::Error::InvalidArgument("pav_cpu: run counts are int32");
   }
-  try {
-    if (t == ffi::DataType::F64) {
-      return SolveRuns<double>(x, y, w, run_x, run_w, run_value, block_start, n_runs);
-    }
-    if (t == ffi::DataType::F32) {
-      return SolveRuns<float>(x, y, w, run_x, run_w, run_value, block_start, n_runs);
-    }
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pav_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("pav_cpu: x must be float32 or float64");
+  return ForFloatType(kPav, x.element_type(), "x", [&](auto zero) {
+    return SolveRuns<decltype(zero)>(x, y, w, run_x, run_w, run_value, block_start, n_runs);
+  });
 }
 
 }  // namespace

@@ -242,15 +242,15 @@ void SortInto(Workspace& ws, const Arrays& src, const Arrays& dst, int64_t off, 
     // to inf, and 0 * inf is NaN, whose cast to an integer is undefined: such segments take
     // the radix passes below, which compare the keys' bits exactly.
     if (std::isfinite(range) && range > 0.0 && std::isfinite(scale)) {
+      const double top = static_cast<double>(n_buckets - 1);
       const auto bucket = [=](uint64_t key) {
         // Monotone in the score (rounding is monotone); the top score lands on n_buckets.
         // The product is in [0, n_buckets] up to rounding (finite, not NaN: x - x_lo is
         // finite and >= 0, and so is the scale), and clamped to a valid bucket before the
-        // cast (XLA's threads flush subnormal differences to 0: bucket 0).
+        // cast (XLA's threads flush subnormal differences to 0: bucket 0). The clamp is
+        // min / max (no branches); max(0.0, at) is 0.0 should `at` ever be NaN.
         const double at = (KeyValue(key) - x_lo) * scale;
-        if (!(at > 0.0)) return int64_t{0};
-        if (!(at < static_cast<double>(n_buckets - 1))) return n_buckets - 1;
-        return static_cast<int64_t>(at);
+        return static_cast<int64_t>(std::min(std::max(0.0, at), top));
       };
       return BucketSortInto(ws, src, dst, off, len, n_buckets, bucket, true, depth);
     }

@@ -38,13 +38,14 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <type_traits>
 #include <vector>
 
+#include "ffi_checks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using jaxcal_native::Data, jaxcal_native::ForFloatType;
 
 namespace {
 
@@ -300,6 +301,46 @@ bool HasAvx2() {
 }
 #endif
 
+// Scores of pairs [lo, hi) (ids checked already). `K` > 0 fixes the rank at compile time
+// (unrolled loops).
+template <typename T, int K>
+JAXCAL_ALWAYS_INLINE void ScorePairsBody(const T* a, const T* b, const int32_t* rows,
+                                         const int32_t* cols, int64_t k_dynamic, int64_t lo,
+                                         int64_t hi, T* score) {
+  const int64_t k = K > 0 ? K : k_dynamic;
+  for (int64_t j = lo; j < hi; ++j) {
+    const T* x = a + static_cast<int64_t>(rows[j]) * k;
+    const T* y = b + static_cast<int64_t>(cols[j]) * k;
+    double s[4] = {0.0, 0.0, 0.0, 0.0};  // four chains of additions, not one
+    int64_t d = 0;
+    for (; d + 4 <= k; d += 4) {
+      for (int i = 0; i < 4; ++i) s[i] += static_cast<double>(x[d + i]) * y[d + i];
+    }
+    for (; d < k; ++d) s[0] += static_cast<double>(x[d]) * y[d];
+    score[j] = static_cast<T>((s[0] + s[1]) + (s[2] + s[3]));
+  }
+}
+
+template <typename T, int K>
+void ScorePairs(const T* a, const T* b, const int32_t* rows, const int32_t* cols, int64_t k,
+                int64_t lo, int64_t hi, T* score) {
+  ScorePairsBody<T, K>(a, b, rows, cols, k, lo, hi, score);
+}
+
+#ifdef JAXCAL_RIDGE_X86
+template <typename T, int K>
+__attribute__((target("avx2,fma"))) void ScorePairsAvx2(const T* a, const T* b,
+                                                         const int32_t* rows,
+                                                         const int32_t* cols, int64_t k,
+                                                         int64_t lo, int64_t hi, T* score) {
+  ScorePairsBody<T, K>(a, b, rows, cols, k, lo, hi, score);
+}
+#endif
+
+template <typename T>
+using PairScorer = void (*)(const T*, const T*, const int32_t*, const int32_t*, int64_t, int64_t,
+                            int64_t, T*);
+
 // pick(std::integral_constant<int, K>{}) for the rank k: K = k up to 16 (code compiled for
 // that rank), K = 0 (the rank read at run time) above.
 template <int K, typename Pick>
@@ -311,14 +352,21 @@ auto ForRank(int64_t k, Pick pick) {
   }
 }
 
-// The solver of rank k (the AVX2 build where the CPU has it).
+// The row solver and the pair scorer of rank k (the AVX2 builds where the CPU has them).
 template <typename T>
-RowSolver<T> PickSolver(int64_t k) {
-  return ForRank<1>(k, [](auto rank) -> RowSolver<T> {
+struct Kernels {
+  RowSolver<T> solve_rows;
+  PairScorer<T> score_pairs;
+};
+
+template <typename T>
+Kernels<T> PickKernels(int64_t k) {
+  return ForRank<1>(k, [](auto rank) -> Kernels<T> {
+    constexpr int K = decltype(rank)::value;
 #ifdef JAXCAL_RIDGE_X86
-    if (HasAvx2()) return &SolveRowsAvx2<T, decltype(rank)::value>;
+    if (HasAvx2()) return {&SolveRowsAvx2<T, K>, &ScorePairsAvx2<T, K>};
 #endif
-    return &SolveRows<T, decltype(rank)::value>;
+    return {&SolveRows<T, K>, &ScorePairs<T, K>};
   });
 }
 
@@ -445,9 +493,9 @@ ffi::Error Solve(ffi::ThreadPool pool, ffi::AnyBuffer other, ffi::AnyBuffer col,
                              At<T>(o_r, b),
                              At<T>(o_extra, b),
                              static_cast<double>(*At<T>(o_l2, b)),
-                             static_cast<T*>(x->untyped_data()) + b * n * k};
+                             Data<T>(x, b * n * k)};
   }
-  const RowSolver<T> solve_rows = PickSolver<T>(k);
+  const RowSolver<T> solve_rows = PickKernels<T>(k).solve_rows;
   const int64_t chunks_per_problem = (n + kRowsPerChunk - 1) / kRowsPerChunk;
   const bool parallel = (n_pairs + n) * k * k * batch >= kParallelWork;
   const Problem<T>* each = problems.data();
@@ -461,68 +509,8 @@ ffi::Error Solve(ffi::ThreadPool pool, ffi::AnyBuffer other, ffi::AnyBuffer col,
 ffi::Error RidgeImpl(ffi::ThreadPool pool, ffi::AnyBuffer other, ffi::AnyBuffer col,
                      ffi::AnyBuffer row_start, ffi::AnyBuffer c, ffi::AnyBuffer r,
                      ffi::AnyBuffer extra, ffi::AnyBuffer l2, ffi::Result<ffi::AnyBuffer> x) {
-  try {
-    const ffi::DataType t = x->element_type();
-    if (t == ffi::DataType::F64) {
-      return Solve<double>(pool, other, col, row_start, c, r, extra, l2, x);
-    }
-    if (t == ffi::DataType::F32) {
-      return Solve<float>(pool, other, col, row_start, c, r, extra, l2, x);
-    }
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "ridge_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("ridge_cpu: the operands must be float32 or float64");
-}
-
-// Scores of pairs [lo, hi) (ids checked already). `K` > 0 fixes the rank at compile time
-// (unrolled loops).
-template <typename T, int K>
-JAXCAL_ALWAYS_INLINE void ScorePairsBody(const T* a, const T* b, const int32_t* rows,
-                                         const int32_t* cols, int64_t k_dynamic, int64_t lo,
-                                         int64_t hi, T* score) {
-  const int64_t k = K > 0 ? K : k_dynamic;
-  for (int64_t j = lo; j < hi; ++j) {
-    const T* x = a + static_cast<int64_t>(rows[j]) * k;
-    const T* y = b + static_cast<int64_t>(cols[j]) * k;
-    double s[4] = {0.0, 0.0, 0.0, 0.0};  // four chains of additions, not one
-    int64_t d = 0;
-    for (; d + 4 <= k; d += 4) {
-      for (int i = 0; i < 4; ++i) s[i] += static_cast<double>(x[d + i]) * y[d + i];
-    }
-    for (; d < k; ++d) s[0] += static_cast<double>(x[d]) * y[d];
-    score[j] = static_cast<T>((s[0] + s[1]) + (s[2] + s[3]));
-  }
-}
-
-template <typename T, int K>
-void ScorePairs(const T* a, const T* b, const int32_t* rows, const int32_t* cols, int64_t k,
-                int64_t lo, int64_t hi, T* score) {
-  ScorePairsBody<T, K>(a, b, rows, cols, k, lo, hi, score);
-}
-
-#ifdef JAXCAL_RIDGE_X86
-template <typename T, int K>
-__attribute__((target("avx2,fma"))) void ScorePairsAvx2(const T* a, const T* b,
-                                                         const int32_t* rows,
-                                                         const int32_t* cols, int64_t k,
-                                                         int64_t lo, int64_t hi, T* score) {
-  ScorePairsBody<T, K>(a, b, rows, cols, k, lo, hi, score);
-}
-#endif
-
-template <typename T>
-using PairScorer = void (*)(const T*, const T*, const int32_t*, const int32_t*, int64_t, int64_t,
-                            int64_t, T*);
-
-// The scorer of rank k (as PickSolver).
-template <typename T>
-PairScorer<T> PickScorer(int64_t k) {
-  return ForRank<1>(k, [](auto rank) -> PairScorer<T> {
-#ifdef JAXCAL_RIDGE_X86
-    if (HasAvx2()) return &ScorePairsAvx2<T, decltype(rank)::value>;
-#endif
-    return &ScorePairs<T, decltype(rank)::value>;
+  return ForFloatType("ridge_cpu", x->element_type(), "the operands", [&](auto zero) {
+    return Solve<decltype(zero)>(pool, other, col, row_start, c, r, extra, l2, x);
   });
 }
 
@@ -567,9 +555,9 @@ ffi::Error PairScores(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
     }
   }
   if (batch == 0 || n_pairs == 0) return ffi::Error::Success();
-  const PairScorer<T> score_pairs = PickScorer<T>(k);
+  const PairScorer<T> score_pairs = PickKernels<T>(k).score_pairs;
   const int64_t per_problem = (n_pairs + kPairsPerChunk - 1) / kPairsPerChunk;
-  T* scores = static_cast<T*>(out->untyped_data());
+  T* scores = Data<T>(out);
   RunChunks(pool, batch * per_problem, n_pairs * k * batch >= kParallelWork, 0,
             [&, scores](int64_t c, double*) {
               const int64_t i = c / per_problem, lo = (c % per_problem) * kPairsPerChunk;
@@ -582,14 +570,9 @@ ffi::Error PairScores(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
 
 ffi::Error PairScoresImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
                           ffi::AnyBuffer row, ffi::AnyBuffer col, ffi::Result<ffi::AnyBuffer> out) {
-  try {
-    const ffi::DataType t = out->element_type();
-    if (t == ffi::DataType::F64) return PairScores<double>(pool, a, b, row, col, out);
-    if (t == ffi::DataType::F32) return PairScores<float>(pool, a, b, row, col, out);
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "pair_scores_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("pair_scores_cpu: the factors must be float32 or float64");
+  return ForFloatType("pair_scores_cpu", out->element_type(), "the factors", [&](auto zero) {
+    return PairScores<decltype(zero)>(pool, a, b, row, col, out);
+  });
 }
 
 }  // namespace

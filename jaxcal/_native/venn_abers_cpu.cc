@@ -18,14 +18,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "ffi_checks.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
-using jaxcal_native::CheckLike;
+using jaxcal_native::Batch, jaxcal_native::BatchOf, jaxcal_native::CheckLike, jaxcal_native::Data,
+    jaxcal_native::ForFloatType;
 
 namespace {
 
@@ -137,15 +137,14 @@ void Tables(const T* inc_w, const T* inc_y, const T* omega, const bool* first, c
   for (int64_t i = 0; i < n; ++i) p0[i] = T(1) - s.mout[n - 1 - i];
 }
 
+constexpr const char* kVa = "venn_abers_cpu";
+
 template <typename T>
 ffi::Error Solve(ffi::AnyBuffer inc_w, ffi::AnyBuffer inc_y, ffi::AnyBuffer omega,
                  ffi::AnyBuffer first, ffi::AnyBuffer last, ffi::Result<ffi::AnyBuffer> p0,
                  ffi::Result<ffi::AnyBuffer> p1) {
-  const auto dims = inc_w.dimensions();
-  if (dims.size() == 0) return ffi::Error::InvalidArgument("venn_abers_cpu: rank >= 1 needed");
-  const int64_t n = dims.back();
-  const int64_t total = static_cast<int64_t>(inc_w.element_count());
-  constexpr const char* kVa = "venn_abers_cpu";
+  Batch batch;
+  if (ffi::Error e = BatchOf(kVa, "inc_w", inc_w, 31, batch); e.failure()) return e;
   constexpr const char* kLike = "of inc_w's dtype and shape [..., N]";
   constexpr const char* kBool = "bool of inc_w's shape [..., N]";
   const ffi::DataType t = inc_w.element_type();
@@ -157,20 +156,17 @@ ffi::Error Solve(ffi::AnyBuffer inc_w, ffi::AnyBuffer inc_y, ffi::AnyBuffer omeg
                        CheckLike(kVa, "p1 (result)", *p1, t, inc_w, kLike)}) {
     if (e.failure()) return e;
   }
-  if (n == 0 || total == 0) return ffi::Error::Success();
-  if (n > int64_t{0x7FFFFFFF}) return ffi::Error::InvalidArgument("venn_abers_cpu: N >= 2**31");
+  const int64_t n = batch.n;
+  if (batch.problems() == 0) return ffi::Error::Success();
   Scratch<T> scratch(n);
-  for (int64_t at = 0; at < total; at += n) {
-    const bool* f = static_cast<const bool*>(first.untyped_data()) + at;
-    const bool* l = static_cast<const bool*>(last.untyped_data()) + at;
+  for (int64_t at = 0; at < batch.total; at += n) {
+    const bool *f = Data<bool>(first, at), *l = Data<bool>(last, at);
     if (!f[0] || !l[n - 1]) {
       return ffi::Error::InvalidArgument(
           "venn_abers_cpu: a layout must start with a first and end with a last point");
     }
-    Tables<T>(static_cast<const T*>(inc_w.untyped_data()) + at,
-              static_cast<const T*>(inc_y.untyped_data()) + at,
-              static_cast<const T*>(omega.untyped_data()) + at, f, l, n, scratch,
-              static_cast<T*>(p0->untyped_data()) + at, static_cast<T*>(p1->untyped_data()) + at);
+    Tables<T>(Data<T>(inc_w, at), Data<T>(inc_y, at), Data<T>(omega, at), f, l, n, scratch,
+              Data<T>(p0, at), Data<T>(p1, at));
   }
   return ffi::Error::Success();
 }
@@ -178,14 +174,9 @@ ffi::Error Solve(ffi::AnyBuffer inc_w, ffi::AnyBuffer inc_y, ffi::AnyBuffer omeg
 ffi::Error VennAbersImpl(ffi::AnyBuffer inc_w, ffi::AnyBuffer inc_y, ffi::AnyBuffer omega,
                          ffi::AnyBuffer first, ffi::AnyBuffer last,
                          ffi::Result<ffi::AnyBuffer> p0, ffi::Result<ffi::AnyBuffer> p1) {
-  try {
-    const ffi::DataType t = inc_w.element_type();
-    if (t == ffi::DataType::F64) return Solve<double>(inc_w, inc_y, omega, first, last, p0, p1);
-    if (t == ffi::DataType::F32) return Solve<float>(inc_w, inc_y, omega, first, last, p0, p1);
-  } catch (const std::bad_alloc&) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "venn_abers_cpu: out of memory");
-  }
-  return ffi::Error::InvalidArgument("venn_abers_cpu: the inputs must be float32 or float64");
+  return ForFloatType(kVa, inc_w.element_type(), "the inputs", [&](auto zero) {
+    return Solve<decltype(zero)>(inc_w, inc_y, omega, first, last, p0, p1);
+  });
 }
 
 }  // namespace

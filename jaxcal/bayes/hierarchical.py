@@ -25,12 +25,13 @@ parameters (:func:`jaxcal.bayes.nuts_chains`).
 
 Example (5 groups whose maps differ by a shift of the logit):
     >>> import jax, jaxcal, numpy as np
-    >>> from jaxcal.bayes import fit_hierarchical
+    >>> from jaxcal.bayes import NUTS, fit_hierarchical
     >>> rng = np.random.default_rng(0)
     >>> user_ids = rng.integers(0, 5, 200); scores = rng.normal(size=200)
     >>> labels = rng.random(200) < 1 / (1 + np.exp(-(2 * scores + user_ids - 2)))
     >>> post = fit_hierarchical(jaxcal.PlattScaling(), scores, labels, group=user_ids,
-    ...                         key=jax.random.key(0), num_samples=200, num_warmup=200)
+    ...                         key=jax.random.key(0),
+    ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
     >>> p = post.predict(np.zeros(5), group=np.arange(5))  # P(y=1 | s=0) of each group
     >>> bool(np.all(np.diff(p) > 0))  # the groups' offsets, in order
     True
@@ -56,13 +57,14 @@ from jaxcal._validation import check_groups, check_key
 from jaxcal.bayes._sampling import (
     key_from_parts,
     key_parts,
-    nuts_config,
     nuts_model_draws,
     padded_data,
+    run_config,
     uniform_init,
 )
 from jaxcal.bayes.inference import family_of
 from jaxcal.bayes.linear import Design, make_design, theta_from_standardised
+from jaxcal.bayes.methods import NUTS
 from jaxcal.bayes.posterior import Posterior, credible_quantiles, split_bounds
 
 __all__ = ["fit_hierarchical", "hierarchical_model", "HierarchicalPosterior"]
@@ -83,6 +85,22 @@ def hierarchical_model(
         rows: ``[n]`` group row of each entry (``0 .. n_groups - 1``).
         n_groups: number of groups ``G`` (static).
         has_intercept: whether the family has an intercept.
+
+    Example (a draw of the model's sites for 2 groups, in one compiled call):
+        >>> import jax, jax.numpy as jnp, jaxcal
+        >>> from numpyro.handlers import seed, trace
+        >>> from jaxcal.bayes import hierarchical_model
+        >>> from jaxcal.bayes.linear import make_design
+        >>> @jax.jit
+        ... def slopes(key):
+        ...     d = make_design(jaxcal.PlattScaling().family, jnp.arange(4.0),
+        ...                     jnp.array([0.0, 1.0, 0.0, 1.0]), jnp.ones(4))
+        ...     rows = jnp.array([0, 0, 1, 1])  # the group row of each entry
+        ...     tr = trace(seed(hierarchical_model, key)).get_trace(d, rows, 2, has_intercept=True)
+        ...     return tr["slope"]["value"]
+        >>> beta = slopes(jax.random.key(0))  # [G, k]: one slope per group, > 0 (monotone)
+        >>> beta.shape, bool(jnp.all(beta > 0))
+        ((2, 1), True)
     """
     k = design.basis.shape[-1]
     mu = numpyro.sample(
@@ -159,6 +177,19 @@ class HierarchicalPosterior:
         group_ids: ``[G]`` sorted group ids.
         hyper: population draws ``mu_slope`` / ``tau_slope`` (``[C, S, k]``) and
             ``mu_intercept`` / ``tau_intercept`` (``[C, S]``), standardised scale.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import NUTS, fit_hierarchical
+        >>> rng = np.random.default_rng(0)
+        >>> g = rng.integers(0, 5, 200); s = rng.normal(size=200)
+        >>> y = rng.random(200) < 1 / (1 + np.exp(-(2 * s + g - 2)))
+        >>> post = fit_hierarchical(jaxcal.PlattScaling(), s, y, group=g, key=jax.random.key(0),
+        ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+        >>> post.group_ids.tolist(), post.groups.batch_shape
+        ([0, 1, 2, 3, 4], (5,))
+        >>> post.hyper["tau_intercept"].shape  # [chains, samples]
+        (2, 100)
     """
 
     groups: Posterior
@@ -196,19 +227,57 @@ class HierarchicalPosterior:
 
         Raises:
             ValueError: invalid scores, or a group id not seen in training.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_hierarchical
+            >>> rng = np.random.default_rng(0)
+            >>> g = rng.integers(0, 5, 200); s = rng.normal(size=200)
+            >>> y = rng.random(200) < 1 / (1 + np.exp(-(2 * s + g - 2)))
+            >>> post = fit_hierarchical(jaxcal.PlattScaling(), s, y, group=g, key=jax.random.key(0),
+            ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> p = post.predict(np.zeros(5), group=np.arange(5))  # P(y=1 | s=0) per group
+            >>> bool(np.all(np.diff(p) > 0))  # the groups' offsets, in order
+            True
         """
         return self._summaries(scores, group, None, "mean")
 
     def interval(
         self, scores: ArrayLike, group: ArrayLike, level: float = 0.9
     ) -> tuple[jax.Array, jax.Array]:
-        """Equal-tailed credible interval per entry: ``(lower, upper)``, each ``[n]``."""
+        """Equal-tailed credible interval per entry: ``(lower, upper)``, each ``[n]``.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_hierarchical
+            >>> rng = np.random.default_rng(0)
+            >>> g = rng.integers(0, 5, 200); s = rng.normal(size=200)
+            >>> y = rng.random(200) < 1 / (1 + np.exp(-(2 * s + g - 2)))
+            >>> post = fit_hierarchical(jaxcal.PlattScaling(), s, y, group=g, key=jax.random.key(0),
+            ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> lo, hi = post.interval([0.0, 0.0], group=[0, 4], level=0.9)
+            >>> bool(np.all(lo < hi)), bool(hi[0] < lo[1])  # group 4's band above group 0's
+            (True, True)
+        """
         qs = credible_quantiles(level, self.groups.theta.dtype)
         return split_bounds(self._summaries(scores, group, qs, "q"))
 
     def diagnostics(self) -> dict:
         """Per-group coefficient diagnostics (``[G]`` arrays, as ``Posterior.diagnostics``)
-        plus split-R-hat / ESS of the population parameters (``"hyper"``)."""
+        plus split-R-hat / ESS of the population parameters (``"hyper"``).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_hierarchical
+            >>> rng = np.random.default_rng(0)
+            >>> g = rng.integers(0, 5, 200); s = rng.normal(size=200)
+            >>> y = rng.random(200) < 1 / (1 + np.exp(-(2 * s + g - 2)))
+            >>> post = fit_hierarchical(jaxcal.PlattScaling(), s, y, group=g, key=jax.random.key(0),
+            ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> d = post.diagnostics()
+            >>> d["r_hat"]["a"].shape, sorted(d["hyper"])  # per group; population parameters
+            ((5,), ['mu_intercept', 'mu_slope', 'tau_intercept', 'tau_slope'])
+        """
         from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
         out = self.groups.diagnostics()
@@ -234,11 +303,7 @@ def fit_hierarchical(
     propensity: ArrayLike | None = None,
     loss: str = "naive",
     key: jax.Array,
-    num_samples: int = 1000,
-    num_warmup: int = 500,
-    num_chains: int = 4,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
+    method: NUTS = NUTS(),  # noqa: B008  (frozen, immutable)
 ) -> HierarchicalPosterior:
     """Partially pooled calibration maps across groups (NUTS; model in the module doc).
 
@@ -249,15 +314,29 @@ def fit_hierarchical(
         group: ``[n]`` integer group ids (users, segments, fields).
         sample_weight, propensity, loss: as in the point fit (``jaxcal.losses``).
         key: PRNG key (keyword-only, required).
-        num_samples, num_warmup, num_chains, target_accept_prob, max_tree_depth: NUTS.
+        method: the sampler settings, :class:`~jaxcal.bayes.NUTS` (NUTS only: an ``SVI``
+            raises).
 
     Returns:
         A :class:`HierarchicalPosterior`; ``predict(scores, group)`` / ``interval``.
 
     Raises:
         ValueError: invalid data (pooled over groups: NaN, labels not 0/1, one class overall,
-            bad group ids, ...) or settings. A group with one class only is fine: it borrows
-            the slope from the population.
+            bad group ids, ...), ``method`` (not a ``NUTS``) or key. A group with one class
+            only is fine: it borrows the slope from the population.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import NUTS, fit_hierarchical
+        >>> rng = np.random.default_rng(0)
+        >>> g = rng.integers(0, 5, 200); s = rng.normal(size=200)
+        >>> y = rng.random(200) < 1 / (1 + np.exp(-(2 * s + g - 2)))
+        >>> post = fit_hierarchical(jaxcal.PlattScaling(), s, y, group=g, key=jax.random.key(0),
+        ...                         method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+        >>> post.groups.theta.shape  # [G, chains, samples, p]
+        (5, 2, 100, 2)
+        >>> bool(np.all(post.groups.is_monotone()))  # every draw of every group
+        True
     """
     family = family_of(calibrator)
     data = prepare_fit(
@@ -266,14 +345,7 @@ def fit_hierarchical(
     family.check_scores(data.scores, data.weights)
     g = check_groups(group, data.scores.shape[0])
     ids, rows = np.unique(g, return_inverse=True)
-    cfg, tuning = nuts_config(
-        num_chains=num_chains,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        target_accept_prob=target_accept_prob,
-        max_tree_depth=max_tree_depth,
-        dense_mass=False,
-    )
+    _, cfg, tuning = run_config(method, data.scores.shape[0], fn="fit_hierarchical", svi=False)
     key = check_key(key)
     # padded entries (shape policy): a valid score of group row 0 with weight 0
     arrays = (data.scores, data.targets, data.weights, rows)

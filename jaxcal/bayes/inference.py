@@ -31,15 +31,10 @@ and draws, the tree depth, the mass matrix kind and the SVI steps and guide fix 
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
-import numpyro
-import optax
 from jax.typing import ArrayLike
-from numpyro.infer import SVI, Trace_ELBO
-from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 
 from jaxcal._fitdata import prepare_fit, prepare_fit_batch
 from jaxcal._jit import jit
@@ -52,6 +47,7 @@ from jaxcal.bayes._sampling import (
     nuts_model_draws,
     padded_data,
     run_config,
+    svi_draws,
     uniform_init,
 )
 from jaxcal.bayes.linear import (
@@ -61,6 +57,7 @@ from jaxcal.bayes.linear import (
     make_design,
     theta_from_standardised,
 )
+from jaxcal.bayes.methods import NUTS, SVI
 from jaxcal.bayes.posterior import Posterior
 from jaxcal.families.linear import LinearLogitFamily
 
@@ -112,27 +109,16 @@ def _nuts_batch(family, cfg, impl, tuning, scores, targets, weights, prior, key_
 
 def _svi_problem(family, cfg, tuning, scores, targets, weights, prior, key):
     """One problem: SVI on the standardised model, then ``S`` guide draws ``[1, S, p]``."""
-    num_steps, num_samples, subsample_size, guide_kind = cfg
-    lr = tuning["learning_rate"]
     design = make_design(family, scores, targets, weights)
-    model = functools.partial(linear_logit_model, **_model_kwargs(family, prior, subsample_size))
-    guide_cls = AutoMultivariateNormal if guide_kind == "mvn" else AutoNormal
-    guide = guide_cls(model, init_loc_fn=numpyro.infer.init_to_median(num_samples=15))
-    schedule = optax.cosine_decay_schedule(lr, num_steps, alpha=0.01)
-    optim = numpyro.optim.optax_to_numpyro(optax.adam(schedule))
-    svi = SVI(model, guide, optim, Trace_ELBO())
-    k_init, k_draw = jax.random.split(key)
-    state = svi.init(k_init, design)
-    state, losses = jax.lax.scan(lambda s, _: svi.update(s, design), state, None, num_steps)
-    params = svi.get_params(state)
-    draws = guide.sample_posterior(k_draw, params, sample_shape=(num_samples,))
+    model = functools.partial(linear_logit_model, **_model_kwargs(family, prior, cfg[2]))
+    draws, losses = svi_draws(model, (design,), cfg, tuning, key)
     draws = {name: v[None] for name, v in draws.items() if name in ("slope", "intercept")}
     return _thetas(family, design, draws), design.context, {"loss": losses}
 
 
-@functools.partial(jit, static_argnames=("family", "cfg", "impl", "method"))
-def _fit_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data, *, method):
-    problem = _nuts_problem if method == "nuts" else _svi_problem
+@functools.partial(jit, static_argnames=("family", "cfg", "impl", "kind"))
+def _fit_single(family, cfg, impl, tuning, scores, targets, weights, prior, key_data, *, kind):
+    problem = _nuts_problem if kind == "nuts" else _svi_problem
     key = key_from_parts(key_data, impl)
     return problem(family, cfg, tuning, scores, targets, weights, prior, key)
 
@@ -148,7 +134,18 @@ def _svi_batch(family, cfg, impl, tuning, scores, targets, weights, prior, key_d
 
 
 def family_of(calibrator) -> LinearLogitFamily:
-    """The linear-logit family of an estimator (``PlattScaling()``...) or a family itself."""
+    """The linear-logit family of an estimator (``PlattScaling()``...) or a family itself.
+
+    Raises:
+        ValueError: ``calibrator`` is neither a parametric calibrator nor a family.
+
+    Example:
+        >>> import jaxcal
+        >>> from jaxcal.bayes.inference import family_of
+        >>> fam = family_of(jaxcal.PlattScaling())
+        >>> fam.param_names, family_of(fam) is fam
+        (('a', 'b'), True)
+    """
     if isinstance(calibrator, LinearLogitFamily):
         return calibrator
     family = getattr(calibrator, "family", None)
@@ -169,19 +166,9 @@ def fit_bayes(
     sample_weight: ArrayLike | None = None,
     propensity: ArrayLike | None = None,
     loss: str = "naive",
-    method: str = "nuts",
     key: jax.Array,
-    num_samples: int = 1000,
-    num_warmup: int = 500,
-    num_chains: int = 4,
+    method: NUTS | SVI = NUTS(),  # noqa: B008  (frozen, immutable)
     prior: dict | None = None,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    num_steps: int = 3000,
-    learning_rate: float = 0.05,
-    subsample_size: int | None = None,
-    guide: str = "mvn",
 ) -> Posterior:
     r"""Posterior over a parametric calibration map (every draw monotone on the score range).
 
@@ -201,32 +188,28 @@ def fit_bayes(
         propensity: optional ``[n]`` propensities in (0, 1] (needed unless ``loss="naive"``).
         loss: loss weighting (``jaxcal.losses``): the likelihood is
             :math:`-\sum_i w_i[\operatorname{softplus}(z_i) - t_i z_i]`.
-        method: ``"nuts"`` or ``"svi"``.
         key: PRNG key (keyword-only, required).
-        num_samples: draws per chain (NUTS) or guide draws (SVI).
-        num_warmup: NUTS adaptation steps per chain.
-        num_chains: NUTS chains (run in one compiled computation, :func:`map_problems`).
+        method: :class:`~jaxcal.bayes.NUTS` (default ``NUTS()``: 4 chains of 1,000 draws
+            after 500 warm-up steps, run in one compiled computation) or
+            :class:`~jaxcal.bayes.SVI` (its ``subsample_size`` at most ``n``).
         prior: optional ``{"slope": dist, "intercept": dist}`` replacing the defaults
             (standardised scale; ``slope`` supported on ``[0, inf)``).
-        target_accept_prob, max_tree_depth, dense_mass: NUTS settings.
-        num_steps: SVI optimisation steps.
-        learning_rate: SVI peak Adam learning rate (cosine decay to 1% of it).
-        subsample_size: SVI minibatch size (``None``: full batch); the log-likelihood is
-            scaled by ``n / subsample_size``.
-        guide: SVI guide, ``"mvn"`` (full-rank Gaussian) or ``"normal"`` (mean-field).
 
     Returns:
-        A :class:`~jaxcal.bayes.posterior.Posterior` (draws ``[chains, samples]``).
+        A :class:`~jaxcal.bayes.Posterior` (draws ``[chains, samples]``; SVI: one "chain"
+        of guide draws).
 
     Raises:
-        ValueError: invalid data (NaN, labels not 0/1, one class, ...), settings or prior.
+        ValueError: invalid data (NaN, labels not 0/1, one class, ...), ``method`` (not a
+            ``NUTS`` / ``SVI``, a ``subsample_size`` above ``n``), prior or key.
 
     Example:
         >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import NUTS, fit_bayes
         >>> rng = np.random.default_rng(0)
         >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
-        >>> post = jaxcal.bayes.fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
-        ...                               num_samples=200, num_warmup=200)
+        >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                  method=NUTS(n_samples=200, n_warmup=200))
         >>> post.draws["a"].shape  # [chains, samples] draws of the slope
         (4, 200)
         >>> lo, hi = post.interval([0.0, 1.0], level=0.9)  # 90% credible band of P(y=1|s)
@@ -238,23 +221,16 @@ def fit_bayes(
         scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
     )
     family.check_scores(data.scores, data.weights)
-    cfg, tuning = run_config(
-        method, data.scores.shape[0], num_samples=num_samples, num_warmup=num_warmup,
-        num_chains=num_chains, target_accept_prob=target_accept_prob,
-        max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
-        learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
-    )  # fmt: skip
+    kind, cfg, tuning = run_config(method, data.scores.shape[0], fn="fit_bayes")
     prior = check_prior(prior, len(family.slope_indices))
     key = check_key(key)
     # padded entries: a valid score, target 0, weight 0 (they add 0 to the log-likelihood)
     arrays = (data.scores, data.targets, data.weights)
     fills = (data.scores[0], 0.0, 0.0)
-    args = padded_data(arrays, fills, exact=is_minibatch(method, cfg))
+    args = padded_data(arrays, fills, exact=is_minibatch(kind, cfg))
     key_data, impl = key_parts(key)
-    theta, ctx, stats = _fit_single(
-        family, cfg, impl, tuning, *args, prior, key_data, method=method
-    )
-    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
+    theta, ctx, stats = _fit_single(family, cfg, impl, tuning, *args, prior, key_data, kind=kind)
+    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=kind)
 
 
 def fit_bayes_batch(
@@ -268,23 +244,38 @@ def fit_bayes_batch(
     propensity: ArrayLike | None = None,
     loss: str = "naive",
     key: jax.Array,
-    **settings,
+    method: NUTS | SVI = NUTS(),  # noqa: B008  (frozen, immutable)
+    prior: dict | None = None,
 ) -> Posterior:
     """``B`` independent posteriors in one compiled call.
 
     Inputs are ``[B, n]`` arrays with an optional boolean ``mask`` (ragged problems; masked
     entries get weight 0), or 1-D arrays with integer ``group`` ids (row ``g`` is the
     ``g``-th smallest id). Problem ``b`` uses the key ``jax.random.split(key, B)[b]``, so the
-    result equals a Python loop of :func:`fit_bayes` calls with those keys. The sampler
-    ``settings`` (``method``, ``num_samples``, ..., ``guide``) are :func:`fit_bayes`'s, with
-    its defaults (``subsample_size`` indexes the padded rows).
+    result equals a Python loop of :func:`fit_bayes` calls with those keys. ``method`` and
+    ``prior`` are :func:`fit_bayes`'s (an ``SVI``'s ``subsample_size`` indexes the padded
+    rows).
 
     Returns:
-        A :class:`~jaxcal.bayes.posterior.Posterior` with batch shape ``(B,)``:
+        A :class:`~jaxcal.bayes.Posterior` with batch shape ``(B,)``:
         ``theta`` is ``[B, chains, samples, p]`` and ``predict`` takes ``[B, m]`` scores.
 
     Raises:
-        ValueError: invalid inputs (per problem: one class only, all scores equal...).
+        ValueError: invalid inputs (per problem: one class only, all scores equal...),
+            ``method``, prior or key.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import NUTS, fit_bayes_batch
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=(3, 100))  # 3 problems of 100 scores
+        >>> y = rng.random((3, 100)) < 1 / (1 + np.exp(-2 * s))
+        >>> post = fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                        method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+        >>> post.batch_shape, post.theta.shape  # [B, chains, samples, p]
+        ((3,), (3, 2, 100, 2))
+        >>> post.predict(np.zeros((3, 1))).shape  # P(y=1 | s=0) of each problem
+        (3, 1)
     """
     family = family_of(calibrator)
     s, t, w = prepare_fit_batch(
@@ -297,35 +288,31 @@ def fit_bayes_batch(
         loss=loss,
     )
     family.check_scores_batch(s, w)
-    settings = _sampler_settings(settings)
-    method, prior = settings.pop("method"), settings.pop("prior")
-    cfg, tuning = run_config(method, s.shape[1], **settings)
+    kind, cfg, tuning = run_config(method, s.shape[1], fn="fit_bayes_batch")
     prior = check_prior(prior, len(family.slope_indices))
     keys = jax.random.split(check_key(key), s.shape[0])
     # entries padded like masked ones: score 0, target 0, weight 0 (the batch axis is not
     # padded: every problem costs a full sampler run)
-    args = padded_data((s, t, w), (0.0,) * 3, axis=1, exact=is_minibatch(method, cfg))
-    run = _nuts_batch if method == "nuts" else _svi_batch
+    args = padded_data((s, t, w), (0.0,) * 3, axis=1, exact=is_minibatch(kind, cfg))
+    run = _nuts_batch if kind == "nuts" else _svi_batch
     key_data, impl = key_parts(keys)
     theta, ctx, stats = run(family, cfg, impl, tuning, *args, prior, key_data)
-    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=method)
-
-
-def _sampler_settings(given: dict) -> dict:
-    """:func:`fit_bayes`'s sampler settings (its keyword defaults), updated by ``given``."""
-    params = inspect.signature(fit_bayes).parameters
-    names = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n not in _DATA_KEYWORDS]
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise TypeError(f"fit_bayes_batch() got unexpected keyword arguments {unknown}.")
-    return {n: given.get(n, params[n].default) for n in names}
-
-
-_DATA_KEYWORDS = ("sample_weight", "propensity", "loss", "key")
+    return Posterior(theta=theta, context=ctx, stats=stats, family=family, method=kind)
 
 
 def design_of(calibrator, scores, targets, weights) -> Design:
-    """The standardised design of one problem (for inspection and tests)."""
+    """The standardised design of one problem (for inspection and tests).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.bayes.inference import design_of
+        >>> d = design_of(jaxcal.PlattScaling(), [0.0, 1.0, 2.0], [0, 1, 1], np.ones(3))
+        >>> d.basis[:, 0].tolist()  # the scores, standardised
+        [-1.2247, 0.0, 1.2247]
+    """
     dtype = jnp.asarray(0.0).dtype
     args = [jnp.asarray(a, dtype) for a in (scores, targets, weights)]
-    return make_design(family_of(calibrator), *args)
+    return _design(family_of(calibrator), *args)
+
+
+_design = jit(make_design, static_argnames=("family",))  # one program, not op by op

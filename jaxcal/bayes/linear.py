@@ -81,6 +81,14 @@ class Design(NamedTuple):
         mean: ``[k]`` weighted means :math:`m` of the basis functions.
         scale: ``[k]`` their weighted standard deviations :math:`d`.
         context: the family's training :class:`ScoreRange`.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxcal
+        >>> from jaxcal.bayes.linear import make_design
+        >>> d = make_design(jaxcal.PlattScaling().family, jnp.array([0.0, 1.0, 2.0]),
+        ...                 jnp.array([0.0, 1.0, 1.0]), jnp.ones(3))
+        >>> d.basis.shape, d.mean.tolist()  # [n, k]; the mean score
+        ((3, 1), [1.0])
     """
 
     basis: jax.Array
@@ -92,7 +100,14 @@ class Design(NamedTuple):
 
 
 def default_prior() -> dict[str, dist.Distribution]:
-    """The default weakly-informative priors on the standardised scale (see module doc)."""
+    """The default weakly-informative priors on the standardised scale (see module doc).
+
+    Example:
+        >>> from jaxcal.bayes import default_prior
+        >>> p = default_prior()
+        >>> type(p["slope"]).__name__, float(p["slope"].scale)
+        ('HalfNormal', 5.0)
+    """
     return {
         "slope": dist.HalfNormal(DEFAULT_SLOPE_SCALE),
         "intercept": dist.Normal(0.0, DEFAULT_INTERCEPT_SCALE),
@@ -106,6 +121,16 @@ def check_prior(prior: dict | None, k: int) -> dict[str, dist.Distribution]:
         ValueError: unknown keys, non-distributions, a slope prior whose support is not
             within :math:`[0, \\infty)` (draws could then be non-monotone), or shapes that do
             not broadcast to the ``k`` constraint values.
+
+    Example:
+        >>> import numpyro.distributions as dist
+        >>> from jaxcal.bayes.linear import check_prior
+        >>> sorted(check_prior({"slope": dist.LogNormal(0.0, 1.0)}, k=1))  # defaults filled
+        ['intercept', 'slope']
+        >>> check_prior({"slope": dist.Normal(0.0, 1.0)}, k=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: prior['slope'] must be a continuous distribution on [0, inf) ...
     """
     out = default_prior()
     if prior is None:
@@ -149,7 +174,16 @@ def _basis(family: LinearLogitFamily, scores: jax.Array, ctx: ScoreRange) -> jax
 
 
 def make_design(family: LinearLogitFamily, scores, targets, weights) -> Design:
-    """Standardised design of one problem (pure; masked entries have weight 0)."""
+    """Standardised design of one problem (pure; masked entries have weight 0).
+
+    Example:
+        >>> import jax.numpy as jnp, jaxcal
+        >>> from jaxcal.bayes.linear import make_design
+        >>> d = make_design(jaxcal.PlattScaling().family, jnp.array([0.0, 1.0, 2.0, 9.0]),
+        ...                 jnp.array([0.0, 1.0, 1.0, 0.0]), jnp.array([1.0, 1.0, 1.0, 0.0]))
+        >>> d.basis[:3, 0].tolist()  # standardised over the weighted entries only
+        [-1.2247, 0.0, 1.2247]
+    """
     ctx = family.context(scores, weights)
     s = jnp.where(weights > 0, scores, ctx.lo)
     G = _basis(family, s, ctx)
@@ -183,6 +217,21 @@ def linear_logit_model(
         prior: ``{"slope": ..., "intercept": ...}`` (see :func:`check_prior`).
         has_intercept: whether the family has an intercept.
         subsample_size: minibatch size for SVI (the likelihood is scaled by ``n / size``).
+
+    Example (the potential energy that NUTS samples, at one point, in one compiled call):
+        >>> import jax, jax.numpy as jnp, jaxcal
+        >>> from numpyro.infer.util import potential_energy
+        >>> from jaxcal.bayes import default_prior, linear_logit_model
+        >>> from jaxcal.bayes.linear import make_design
+        >>> @jax.jit
+        ... def potential(z):
+        ...     d = make_design(jaxcal.PlattScaling().family, jnp.array([0.0, 1.0, 2.0]),
+        ...                     jnp.array([0.0, 1.0, 1.0]), jnp.ones(3))
+        ...     kw = {"prior": default_prior(), "has_intercept": True}
+        ...     return potential_energy(linear_logit_model, (d,), kw, z)
+        >>> z = {"slope": jnp.zeros(1), "intercept": jnp.zeros(())}  # unconstrained values
+        >>> bool(jnp.isfinite(potential(z)))
+        True
     """
     n, k = design.basis.shape
     slope_prior = prior["slope"].expand((k,)).to_event(1)
@@ -197,7 +246,18 @@ def linear_logit_model(
 def theta_from_standardised(
     family: LinearLogitFamily, beta: jax.Array, alpha: jax.Array, design: Design
 ) -> jax.Array:
-    """Map one draw :math:`(\\beta, \\alpha)` to the family's coefficients :math:`\\theta`."""
+    """Map one draw :math:`(\\beta, \\alpha)` to the family's coefficients :math:`\\theta`.
+
+    Example:
+        >>> import jax.numpy as jnp, jaxcal
+        >>> from jaxcal.bayes.linear import make_design, theta_from_standardised
+        >>> fam = jaxcal.PlattScaling().family
+        >>> d = make_design(fam, jnp.array([0.0, 1.0, 2.0]), jnp.array([0.0, 1.0, 1.0]),
+        ...                 jnp.ones(3))
+        >>> theta = theta_from_standardised(fam, jnp.array([1.0]), jnp.array(0.0), d)
+        >>> [round(float(v), 4) for v in theta]  # logit = (s - 1) / sd(s): a = 1.2247
+        [1.2247, -1.2247]
+    """
     u = beta / design.scale
     c = alpha - design.mean @ u
     return family.theta_from_u(u, c, design.context)

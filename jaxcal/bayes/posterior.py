@@ -67,7 +67,14 @@ def _prob_draws(family, theta, ctx, scores):
 
 def draws_last_to_first(out: jax.Array) -> jax.Array:
     """``[..., m, D] -> [..., D, m]`` (on the host for a concrete array: an eager transpose
-    would compile a program per shape)."""
+    would compile a program per shape).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.bayes.posterior import draws_last_to_first
+        >>> draws_last_to_first(jnp.zeros((5, 3))).shape
+        (3, 5)
+    """
     if _shapes.is_traced(out):
         return jnp.swapaxes(out, -1, -2)
     return jax.device_put(np.swapaxes(np.asarray(out), -1, -2))
@@ -89,6 +96,13 @@ def map_scores_padded(fn, scores: np.ndarray, batch_ndim: int = 0) -> jax.Array:
     its bucket size (``jaxcal._shapes``) with copies of the last score (a valid input), and
     ``fn``'s output (that axis first, then any trailing summary axes) is sliced back on the
     host and reshaped to the scores' shape plus the trailing axes.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.bayes.posterior import map_scores_padded
+        >>> out = map_scores_padded(lambda s: 2 * s, np.arange(6.0).reshape(2, 3))
+        >>> out.tolist()  # fn saw the 6 scores padded to their bucket size
+        [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
     """
     batch, rest = scores.shape[:batch_ndim], scores.shape[batch_ndim:]
     m = int(np.prod(rest, dtype=np.int64))
@@ -108,6 +122,12 @@ def credible_quantiles(level: float, dtype) -> np.ndarray:
 
     Raises:
         ValueError: ``level`` outside (0, 1).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.bayes.posterior import credible_quantiles
+        >>> credible_quantiles(0.9, np.float64).tolist()
+        [0.05, 0.95]
     """
     if not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must be in (0, 1); got {level!r}.")
@@ -116,7 +136,15 @@ def credible_quantiles(level: float, dtype) -> np.ndarray:
 
 def split_bounds(out: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(out[..., 0], out[..., 1])``, sliced on the host for concrete arrays (an eager
-    slice would compile a program per shape)."""
+    slice would compile a program per shape).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.bayes.posterior import split_bounds
+        >>> lo, hi = split_bounds(jnp.array([[0.1, 0.4], [0.2, 0.7]]))
+        >>> lo.tolist(), hi.tolist()
+        ([0.1, 0.2], [0.4, 0.7])
+    """
     if _shapes.is_traced(out):
         return out[..., 0], out[..., 1]
     host = np.asarray(out)
@@ -126,7 +154,16 @@ def split_bounds(out: jax.Array) -> tuple[jax.Array, jax.Array]:
 class PosteriorSummaries:
     """``interval`` and ``ece_posterior`` of a posterior class that gives per-score quantiles
     of its draws' probabilities (``_quantiles(scores, qs)``) and the ECE of every draw
-    (``_ece_of_draws(scores, labels, sample_weight, edges)``), in the dtype ``_draw_dtype``."""
+    (``_ece_of_draws(scores, labels, sample_weight, edges)``), in the dtype ``_draw_dtype``.
+
+    Example:
+        >>> from jaxcal.bayes import Posterior, ScoreModelPosterior
+        >>> from jaxcal.bayes.posterior import PosteriorSummaries
+        >>> issubclass(Posterior, PosteriorSummaries)
+        True
+        >>> issubclass(ScoreModelPosterior, PosteriorSummaries)
+        True
+    """
 
     def interval(self, scores: ArrayLike, level: float = 0.9) -> tuple[jax.Array, jax.Array]:
         """Equal-tailed credible interval of :math:`P(y=1 \\mid s)` per score.
@@ -140,6 +177,17 @@ class PosteriorSummaries:
 
         Raises:
             ValueError: ``level`` outside (0, 1), or invalid scores.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> lo, hi = post.interval([-1.0, 0.0, 1.0], level=0.9)
+            >>> bool(np.all(lo < hi)), bool(np.all(np.diff(hi) > 0))  # monotone band
+            (True, True)
         """
         return split_bounds(self._quantiles(scores, credible_quantiles(level, self._draw_dtype)))
 
@@ -165,6 +213,17 @@ class PosteriorSummaries:
         Returns:
             ``[chains * samples]`` ECE draws (one problem; batched posteriors take
             ``batch_shape + (m,)`` test arrays).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> ece = post.ece_posterior(s, y, n_bins=10)  # here on the training data
+            >>> ece.shape, bool(np.all((ece >= 0) & (ece <= 1)))
+            ((800,), True)
         """
         edges = jnp.asarray(bin_edges(n_bins=n_bins), self._draw_dtype)
         return self._ece_of_draws(scores, labels, sample_weight, edges)
@@ -179,11 +238,24 @@ class Posterior(PosteriorSummaries):
             ``family.param_names``); leading dimensions are batch dimensions.
         context: the training :class:`~jaxcal.families.linear.ScoreRange` (leaves
             ``[...]``).
-        stats: sampler statistics: NUTS ``diverging``, ``num_steps``, ``accept_prob``
-            (``[..., chains, samples]``); SVI ``loss`` (``[..., num_steps]``, the negative
-            ELBO per step).
+        stats: sampler statistics: NUTS ``diverging``, ``n_steps`` (leapfrog steps per
+            draw), ``accept_prob`` (``[..., chains, samples]``); SVI ``loss``
+            (``[..., n_steps]``, the negative ELBO per step).
         family: the (static) linear-logit family.
-        method: ``"nuts"``, ``"svi"`` or ``"hierarchical-nuts"``.
+        method: the name of the inference method, ``"nuts"``, ``"svi"`` or
+            ``"hierarchical-nuts"``.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import NUTS, fit_bayes
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+        >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                  method=NUTS(n_samples=200, n_warmup=200))
+        >>> post.n_chains, post.n_samples, post.batch_shape, post.method
+        (4, 200, (), 'nuts')
+        >>> post.theta.shape  # [chains, samples, p]: the draws of (a, b)
+        (4, 200, 2)
     """
 
     theta: jax.Array
@@ -199,11 +271,12 @@ class Posterior(PosteriorSummaries):
         return tuple(self.theta.shape[:-3])
 
     @property
-    def num_chains(self) -> int:
+    def n_chains(self) -> int:
+        """Chains (1 for SVI)."""
         return int(self.theta.shape[-3])
 
     @property
-    def num_samples(self) -> int:
+    def n_samples(self) -> int:
         """Draws per chain."""
         return int(self.theta.shape[-2])
 
@@ -243,6 +316,17 @@ class Posterior(PosteriorSummaries):
 
         Returns:
             Probabilities, same shape as ``scores``.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> p = post.predict([-1.0, 0.0, 1.0])
+            >>> bool(np.all(np.diff(p) > 0)), p.shape
+            (True, (3,))
         """
         scores = maybe_check_scores(scores)
         fn = functools.partial(_summaries, self.family, what="mean")
@@ -258,7 +342,18 @@ class Posterior(PosteriorSummaries):
         return self._map(lambda th, ctx, s: fn(th, ctx, s, qs), scores, pad=True)
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
-        """Probabilities of every draw: ``[..., chains * samples, m]`` for 1-D ``scores``."""
+        """Probabilities of every draw: ``[..., chains * samples, m]`` for 1-D ``scores``.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> post.probability_draws([0.0, 1.0]).shape  # [draws, scores]
+            (800, 2)
+        """
         scores = maybe_check_scores(scores)
         out = self._map(functools.partial(_prob_draws, self.family), scores, pad=True)
         return draws_last_to_first(out)
@@ -286,7 +381,18 @@ class Posterior(PosteriorSummaries):
         return f(self.theta, self.context, jnp.asarray(s, dtype), y, w)
 
     def is_monotone(self, *, rtol: float = 1e-9) -> jax.Array:
-        """Whether every draw is non-decreasing on the training range (``bool[...]``)."""
+        """Whether every draw is non-decreasing on the training range (``bool[...]``).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> bool(post.is_monotone())  # by construction
+            True
+        """
 
         def one(theta, ctx):
             R = self.family.monotone_rows(ctx.lo, ctx.hi, ctx)
@@ -305,13 +411,24 @@ class Posterior(PosteriorSummaries):
 
         Returns:
             ``{"r_hat": {name: ...}, "ess": {name: ...}, "divergences": ...,
-            "num_chains": C, "num_samples": S}`` with split-:math:`\\hat R` and the bulk
+            "n_chains": C, "n_samples": S}`` with split-:math:`\\hat R` and the bulk
             effective sample size (``numpyro.diagnostics``; Gelman et al., BDA3) and the
             number of divergent transitions (NUTS). Values are floats, or ``[B]`` arrays
             for a batched posterior. For SVI the draws are independent samples of the fitted
             guide (``r_hat`` ~ 1 and ``ess`` ~ draws by construction); ``final_loss`` and
             ``loss_change`` (relative change of the negative ELBO over the last 10% of
             steps) tell whether the optimisation converged.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> d = post.diagnostics()
+            >>> d["divergences"], bool(d["r_hat"]["a"] < 1.05), d["n_chains"], d["n_samples"]
+            (0, True, 4, 200)
         """
         from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
@@ -343,8 +460,8 @@ class Posterior(PosteriorSummaries):
             prev = loss[:, -2 * tail : -tail].mean(1) if loss.shape[1] >= 2 * tail else final
             out["final_loss"] = self._shape(final.tolist())
             out["loss_change"] = self._shape((np.abs(final - prev) / np.abs(final)).tolist())
-        out["num_chains"] = self.num_chains
-        out["num_samples"] = self.num_samples
+        out["n_chains"] = self.n_chains
+        out["n_samples"] = self.n_samples
         return out
 
     def _shape(self, values: list):
@@ -361,6 +478,17 @@ class Posterior(PosteriorSummaries):
         Raises:
             ImportError: arviz is not installed.
             ValueError: the posterior is batched.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                  method=NUTS(n_samples=200, n_warmup=200))
+            >>> idata = post.to_arviz()
+            >>> idata.posterior["a"].shape  # (chain, draw)
+            (4, 200)
         """
         try:
             import arviz as az
@@ -379,7 +507,18 @@ class Posterior(PosteriorSummaries):
         return az.from_dict(posterior=posterior, sample_stats=stats or None)
 
     def __getitem__(self, index) -> Posterior:
-        """Problem ``index`` of a batched posterior (``post[b]``)."""
+        """Problem ``index`` of a batched posterior (``post[b]``).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> from jaxcal.bayes import NUTS, fit_bayes_batch
+            >>> rng = np.random.default_rng(0)
+            >>> s = rng.normal(size=(3, 100)); y = rng.random((3, 100)) < 1 / (1 + np.exp(-2 * s))
+            >>> post = fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+            ...                        method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> post[1].batch_shape, post[1].theta.shape  # one problem
+            ((), (2, 100, 2))
+        """
         if not self.batch_shape:
             raise ValueError("only a batched posterior can be indexed.")
         take = lambda x: x[index]  # noqa: E731

@@ -44,11 +44,12 @@ nothing.
 
 Example:
     >>> import jax, numpy as np
+    >>> from jaxcal.bayes import NUTS
     >>> from jaxcal.scoremodels import GaussianScoreModel
     >>> rng = np.random.default_rng(0)
     >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
-    >>> post = GaussianScoreModel().fit_bayes(
-    ...     s, y, key=jax.random.key(0), num_samples=200, num_warmup=200)
+    >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+    ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
     >>> mean = post.predict([0.0, 1.0]); lo, hi = post.interval([0.0, 1.0], level=0.9)
     >>> float(post.diagnostics()["monotone_share"])  # monotone by construction
     1.0
@@ -64,13 +65,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-import optax
 from jax.typing import ArrayLike
 from numpyro.distributions.transforms import biject_to
 from numpyro.handlers import seed, substitute, trace
-from numpyro.infer import SVI, Trace_ELBO
-from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
-from numpyro.infer.initialization import init_to_median, init_to_uniform
+from numpyro.infer.initialization import init_to_uniform
 
 from jaxcal._jit import jit
 from jaxcal._pytree import (
@@ -89,7 +87,9 @@ from jaxcal.bayes._sampling import (
     nuts_model_draws,
     padded_data,
     run_config,
+    svi_draws,
 )
+from jaxcal.bayes.methods import NUTS, SVI
 from jaxcal.bayes.scoremodel_posterior import ScoreModelPosterior
 
 __all__ = ["ScoreModelPosterior", "fit_scoremodel_bayes", "scoremodel_bayes_model"]
@@ -100,7 +100,14 @@ _SCORE_MODEL_API = ("bayes_prior", "class_log_density", "log_odds", "_check_supp
 
 
 class ScoreData(NamedTuple):
-    """Training data of one problem: ``[n]`` scores, 0/1 labels and sample weights."""
+    """Training data of one problem: ``[n]`` scores, 0/1 labels and sample weights.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.bayes.scoremodel import ScoreData
+        >>> ScoreData(jnp.array([0.2, 1.5]), jnp.array([0.0, 1.0]), jnp.ones(2)).labels.tolist()
+        [0.0, 1.0]
+    """
 
     scores: jax.Array
     labels: jax.Array
@@ -128,6 +135,24 @@ def scoremodel_bayes_model(
         lo, hi: the training score range (where ``monotone`` holds).
         monotone: use the monotone parameterisation.
         subsample_size: minibatch size for SVI (the likelihood is scaled by ``n / size``).
+
+    Example (the log joint density at two parameter values, in one compiled call):
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> from numpyro.infer.util import log_density
+        >>> from jaxcal.bayes import scoremodel_bayes_model
+        >>> from jaxcal.bayes.scoremodel import ScoreData
+        >>> from jaxcal.scoremodels import GaussianScoreModel
+        >>> rng = np.random.default_rng(0)
+        >>> y = (rng.random(200) < 0.3).astype(np.float32); s = rng.normal(1.5 * y, 1.0)
+        >>> data = ScoreData(jnp.asarray(s, jnp.float32), jnp.asarray(y), jnp.ones(200))
+        >>> @jax.jit
+        ... def log_joint(mu1):
+        ...     values = {"pi1": 0.3, "mu0": 0.0, "sd0": 1.0, "mu1": mu1, "sd1": 1.0}
+        ...     kw = {"lo": -3.0, "hi": 4.0, "monotone": False}
+        ...     return log_density(scoremodel_bayes_model, (GaussianScoreModel(), data), kw,
+        ...                        values)[0]
+        >>> bool(log_joint(1.5) > log_joint(-1.5))  # the data favour the true mu1 = 1.5
+        True
     """
     pi1 = numpyro.sample("pi1", dist.Beta(1.0, 1.0))
     params = score_model.bayes_prior(pi1, lo=lo, hi=hi, monotone=monotone)
@@ -188,31 +213,21 @@ def _latent_names(prior_fn, key) -> list[str]:
 
 
 def _svi(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key):
-    num_steps, num_samples, subsample_size, guide_kind = cfg
-    lr = tuning["learning_rate"]
     data = ScoreData(scores, labels, weights)
     kw = {"lo": lo, "hi": hi, "monotone": monotone}
-    model = functools.partial(
-        scoremodel_bayes_model, score_model, subsample_size=subsample_size, **kw
-    )
-    guide_cls = AutoMultivariateNormal if guide_kind == "mvn" else AutoNormal
-    guide = guide_cls(model, init_loc_fn=init_to_median(num_samples=15))
-    schedule = optax.cosine_decay_schedule(lr, num_steps, alpha=0.01)
-    svi = SVI(model, guide, numpyro.optim.optax_to_numpyro(optax.adam(schedule)), Trace_ELBO())
-    k_init, k_draw = jax.random.split(key)
-    state = svi.init(k_init, data)
-    state, losses = jax.lax.scan(lambda s, _: svi.update(s, data), state, None, num_steps)
-    latent = guide.sample_posterior(k_draw, svi.get_params(state), sample_shape=(num_samples,))
+    model = functools.partial(scoremodel_bayes_model, score_model, subsample_size=cfg[2], **kw)
+    latent, losses = svi_draws(model, (data,), cfg, tuning, key)
     prior_fn = functools.partial(scoremodel_bayes_model, score_model, None, **kw)
+    k_draw = jax.random.split(key)[1]  # svi_draws' draw key (the same compiled program)
     latent = {name: latent[name] for name in _latent_names(prior_fn, k_draw)}
     return _draws(score_model, prior_fn, latent), {"loss": losses}
 
 
-@functools.partial(jit, static_argnames=("static", "cfg", "monotone", "method", "impl"))
-def _run(static, hyper, cfg, tuning, monotone, method, scores, labels, weights, lo, hi, key, impl):
+@functools.partial(jit, static_argnames=("static", "cfg", "monotone", "kind", "impl"))
+def _run(static, hyper, cfg, tuning, monotone, kind, scores, labels, weights, lo, hi, key, impl):
     score_model = join_hyperparameters(static, hyper)  # prior scales traced: no recompile
     key = key_from_parts(key, impl)
-    run = _nuts if method == "nuts" else _svi
+    run = _nuts if kind == "nuts" else _svi
     return run(score_model, cfg, tuning, monotone, scores, labels, weights, lo, hi, key)
 
 
@@ -225,19 +240,9 @@ def fit_scoremodel_bayes(
     labels: ArrayLike,
     *,
     sample_weight: ArrayLike | None = None,
-    method: str = "nuts",
     key: jax.Array,
+    method: NUTS | SVI = NUTS(),  # noqa: B008  (frozen, immutable)
     monotone: bool | None = None,
-    num_samples: int = 1000,
-    num_warmup: int = 500,
-    num_chains: int = 4,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    dense_mass: bool = False,
-    num_steps: int = 3000,
-    learning_rate: float = 0.05,
-    subsample_size: int | None = None,
-    guide: str = "mvn",
 ) -> ScoreModelPosterior:
     """Posterior over a score model's class prior and class-conditional parameters.
 
@@ -251,39 +256,33 @@ def fit_scoremodel_bayes(
         scores: ``[n]`` finite scores in the model's support.
         labels: ``[n]`` 0/1 labels (both classes present).
         sample_weight: optional ``[n]`` non-negative frequency weights (as in ``fit``).
-        method: ``"nuts"`` or ``"svi"``.
         key: PRNG key (keyword-only, required).
+        method: :class:`~jaxcal.bayes.NUTS` (default ``NUTS()``: 4 chains of 1,000 draws
+            after 500 warm-up steps, one compiled computation) or
+            :class:`~jaxcal.bayes.SVI` (its ``subsample_size`` at most ``n``).
         monotone: build monotonicity on the training range into the parameterisation;
             ``None`` (default) means ``True`` wherever the family has such a
             parameterisation (every family but Gaussian mixtures).
-        num_samples: draws per chain (NUTS) or guide draws (SVI).
-        num_warmup: NUTS adaptation steps per chain.
-        num_chains: NUTS chains (one compiled computation).
-        target_accept_prob, max_tree_depth, dense_mass: NUTS settings.
-        num_steps: SVI optimisation steps.
-        learning_rate: SVI peak Adam learning rate (cosine decay to 1% of it).
-        subsample_size: SVI minibatch size (``None``: full batch); the log-likelihood is
-            scaled by ``n / subsample_size``.
-        guide: SVI guide, ``"mvn"`` (full-rank Gaussian) or ``"normal"`` (mean-field).
 
     Returns:
         A :class:`ScoreModelPosterior`.
 
     Raises:
         ValueError: invalid data (NaN, labels not 0/1, one class, length mismatch, negative
-            weights, scores outside the support), settings, key, or ``monotone=True`` for a
+            weights, scores outside the support), ``method``, key, or ``monotone=True`` for a
             family without a monotone parameterisation.
 
     Example:
         >>> import jax, numpy as np
+        >>> from jaxcal.bayes import NUTS
         >>> from jaxcal.scoremodels import GammaScoreModel
         >>> rng = np.random.default_rng(0)
         >>> y = (rng.random(200) < 0.3).astype(float)
         >>> s = rng.gamma(np.where(y == 1, 4.0, 2.0), 1.0)
-        >>> post = GammaScoreModel().fit_bayes(
-        ...     s, y, key=jax.random.key(0), num_samples=200, num_warmup=200)
+        >>> post = GammaScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+        ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
         >>> post.draws["alpha1"].shape  # [chains, samples]
-        (4, 200)
+        (2, 100)
     """
     if not all(hasattr(score_model, a) for a in _SCORE_MODEL_API):
         raise ValueError(
@@ -303,22 +302,17 @@ def fit_scoremodel_bayes(
             "monotone in general); pass monotone=False and read "
             "diagnostics()['monotone_share']."
         )
-    cfg, tuning = run_config(
-        method, s.shape[0], num_samples=num_samples, num_warmup=num_warmup,
-        num_chains=num_chains, target_accept_prob=target_accept_prob,
-        max_tree_depth=max_tree_depth, dense_mass=dense_mass, num_steps=num_steps,
-        learning_rate=learning_rate, subsample_size=subsample_size, guide=guide,
-    )  # fmt: skip
+    kind, cfg, tuning = run_config(method, s.shape[0], fn="fit_scoremodel_bayes")
     key = check_key(key)
     dtype = jax.dtypes.canonicalize_dtype(np.float64)
     pos = w > 0
     lo, hi = (jax.device_put(np.asarray(v, dtype)) for v in (s[pos].min(), s[pos].max()))
     # padded entries: a valid score and label with weight 0 (they add 0 to the likelihood)
-    args = padded_data((s, y, w), (s[0], y[0], 0.0), exact=is_minibatch(method, cfg))
+    args = padded_data((s, y, w), (s[0], y[0], 0.0), exact=is_minibatch(kind, cfg))
     static, hyper = split_hyperparameters(score_model)
     key_data, impl = key_parts(key)
     draws, stats = _run(
-        static, hyper, cfg, tuning, monotone, method, *args, lo, hi, key_data, impl=impl
+        static, hyper, cfg, tuning, monotone, kind, *args, lo, hi, key_data, impl=impl
     )
     return ScoreModelPosterior(
         draws=draws,
@@ -326,6 +320,6 @@ def fit_scoremodel_bayes(
         hi=hi,
         stats=stats,
         score_model=score_model,
-        method=method,
+        method=kind,
         monotone=monotone,
     )

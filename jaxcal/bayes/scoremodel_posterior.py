@@ -98,11 +98,25 @@ class ScoreModelPosterior(PosteriorSummaries):
         draws: the class-conditional parameters and ``pi1`` by name (the fields of the
             family's params class), each ``[chains, samples, ...]``.
         lo, hi: the training score range (where ``monotone`` holds).
-        stats: sampler statistics: NUTS ``diverging``, ``num_steps``, ``accept_prob``
-            (``[chains, samples]``); SVI ``loss`` (``[num_steps]``, the negative ELBO).
+        stats: sampler statistics: NUTS ``diverging``, ``n_steps`` (leapfrog steps per
+            draw), ``accept_prob`` (``[chains, samples]``); SVI ``loss`` (``[n_steps]``, the
+            negative ELBO).
         score_model: the (static) score model, with its prior hyperparameters.
-        method: ``"nuts"`` or ``"svi"``.
+        method: the name of the inference method, ``"nuts"`` or ``"svi"``.
         monotone: whether the monotone parameterisation was used.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.bayes import NUTS
+        >>> from jaxcal.scoremodels import GaussianScoreModel
+        >>> rng = np.random.default_rng(0)
+        >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+        >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+        ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+        >>> post.n_chains, post.n_samples, post.method, post.monotone
+        (2, 100, 'nuts', True)
+        >>> sorted(post.draws)  # [chains, samples] each
+        ['mu0', 'mu1', 'pi1', 'sd0', 'sd1']
     """
 
     draws: dict
@@ -114,11 +128,12 @@ class ScoreModelPosterior(PosteriorSummaries):
     monotone: bool = static_field(default=True)
 
     @property
-    def num_chains(self) -> int:
+    def n_chains(self) -> int:
+        """Chains (1 for SVI)."""
         return int(self.draws["pi1"].shape[0])
 
     @property
-    def num_samples(self) -> int:
+    def n_samples(self) -> int:
         """Draws per chain."""
         return int(self.draws["pi1"].shape[1])
 
@@ -149,6 +164,18 @@ class ScoreModelPosterior(PosteriorSummaries):
 
         Raises:
             ValueError: non-finite scores or scores outside the support.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> p = post.predict([-1.0, 0.0, 1.0])
+            >>> bool(np.all(np.diff(p) > 0)), p.shape
+            (True, (3,))
         """
         return self._summaries(scores, None, "mean")
 
@@ -167,7 +194,19 @@ class ScoreModelPosterior(PosteriorSummaries):
         return self._summaries(scores, qs, "quantile")
 
     def probability_draws(self, scores: ArrayLike) -> jax.Array:
-        """Probabilities of every draw: ``[chains * samples, m]`` for ``[m]`` scores."""
+        """Probabilities of every draw: ``[chains * samples, m]`` for ``[m]`` scores.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> post.probability_draws([0.0, 1.0]).shape  # [draws, scores]
+            (200, 2)
+        """
         s = self._scores(check_scores(scores))
         call = functools.partial(_prob_draws, self.score_model, self.draws)
         out = call(s) if _shapes.is_traced(s, self.draws) else map_scores_padded(call, s)
@@ -183,13 +222,38 @@ class ScoreModelPosterior(PosteriorSummaries):
 
     def monotone_draws(self, lo: ArrayLike | None = None, hi: ArrayLike | None = None):
         """``bool[chains, samples]``: whether each draw's map is non-decreasing on
-        ``[lo, hi]`` (default: the training range), by the family's ``is_monotone``."""
+        ``[lo, hi]`` (default: the training range), by the family's ``is_monotone``.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> flags = post.monotone_draws()  # monotone parameterisation: all True
+            >>> flags.shape, bool(flags.all())
+            ((2, 100), True)
+        """
         lo = self.lo if lo is None else jnp.asarray(lo, self.lo.dtype)
         hi = self.hi if hi is None else jnp.asarray(hi, self.hi.dtype)
         return _monotone_draws(self.score_model, self.draws, lo, hi)
 
     def is_monotone(self) -> bool:
-        """Whether every draw is non-decreasing on the training range."""
+        """Whether every draw is non-decreasing on the training range.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> post.is_monotone()
+            True
+        """
         return bool(jnp.all(self.monotone_draws()))
 
     def diagnostics(self) -> dict:
@@ -197,7 +261,7 @@ class ScoreModelPosterior(PosteriorSummaries):
 
         Returns:
             ``{"r_hat": {name: ...}, "ess": {name: ...}, "divergences": int,
-            "monotone_share": float, "num_chains": C, "num_samples": S}``: split-:math:`\\hat
+            "monotone_share": float, "n_chains": C, "n_samples": S}``: split-:math:`\\hat
             R` and bulk effective sample size (``numpyro.diagnostics``; a float per scalar
             parameter, a list per component for vector parameters), the number of divergent
             NUTS transitions, and the share of draws whose map is non-decreasing on the
@@ -205,6 +269,18 @@ class ScoreModelPosterior(PosteriorSummaries):
             independent guide samples (``r_hat`` ~ 1, ``ess`` ~ draws by construction);
             ``final_loss`` and ``loss_change`` (relative change of the negative ELBO over
             the last 10% of steps) tell whether the optimisation converged.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> d = post.diagnostics()
+            >>> d["divergences"], d["monotone_share"], bool(d["r_hat"]["mu1"] < 1.05)
+            (0, 1.0, True)
         """
         out: dict = {"r_hat": {}, "ess": {}}
         for name, v in self.draws.items():
@@ -223,8 +299,8 @@ class ScoreModelPosterior(PosteriorSummaries):
             out["final_loss"] = final
             out["loss_change"] = abs(final - prev) / abs(final)
         out["monotone_share"] = float(np.mean(np.asarray(self.monotone_draws())))
-        out["num_chains"] = self.num_chains
-        out["num_samples"] = self.num_samples
+        out["n_chains"] = self.n_chains
+        out["n_samples"] = self.n_samples
         return out
 
     def to_arviz(self):
@@ -232,6 +308,17 @@ class ScoreModelPosterior(PosteriorSummaries):
 
         Raises:
             ImportError: arviz is not installed.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.bayes import NUTS
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> rng = np.random.default_rng(0)
+            >>> y = (rng.random(200) < 0.3).astype(float); s = rng.normal(1.5 * y, 1.0)
+            >>> post = GaussianScoreModel().fit_bayes(s, y, key=jax.random.key(0),
+            ...     method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
+            >>> post.to_arviz().posterior["mu1"].shape  # (chain, draw)
+            (2, 100)
         """
         try:
             import arviz as az

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +28,12 @@ from jaxcal._jit import jit
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_shape, unpad
-from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal._validation import check_int, check_real
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator, check_choice
 from jaxcal.calibrators._linear_chunks import fit_chunks
 from jaxcal.calibrators._scaling import (
     ScoreScaling,
+    fit_dtype,
     fit_scaling,
     identity_scaling,
     pure_identity_scaling,
@@ -62,7 +64,21 @@ class LinearLogitCalibrator(FittedCalibrator):
         family: the (static) family with its hyperparameters.
         method: ``"discriminative"`` or ``"generative"``.
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` :math:`(c, k)`
-            (leaves ``[...]``), applied to the scores by ``predict`` and ``logit``.
+            (leaves ``[...]``), applied to the scores by ``predict`` and ``predict_logit``.
+
+    Every float leaf has the dtype of the scores the map was fitted on (float32 scores give
+    float32 leaves, also with x64 enabled).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> labels = rng.integers(0, 2, 200)
+        >>> scores = rng.normal(labels.astype(float), 1.0)
+        >>> fitted = jaxcal.PlattScaling().fit(scores, labels)
+        >>> sorted(fitted.coefficients)
+        ['a', 'b']
+        >>> bool(fitted.is_monotone())
+        True
     """
 
     theta: jax.Array
@@ -82,10 +98,19 @@ class LinearLogitCalibrator(FittedCalibrator):
         """The coefficients by name (each with the batch shape)."""
         return {n: self.theta[..., i] for i, n in enumerate(self.family.param_names)}
 
-    def logit(self, scores: ArrayLike) -> jax.Array:
+    def predict_logit(self, scores: ArrayLike) -> jax.Array:
         """Calibrated logits. Scores of any shape; a batched calibrator (batch shape ``B``)
         takes ``B + (m...)`` scores. Scores outside the training range extrapolate the
-        fitted formula (see each family for clipping of transformed scores)."""
+        fitted formula (see each family for clipping of transformed scores).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.5, 0.2, 0.4, 1.0]), np.array([0, 1, 0, 1, 1])
+            >>> fitted = jaxcal.PlattScaling().fit(s, y)
+            >>> z = fitted.predict_logit(s)
+            >>> bool(np.allclose(1 / (1 + np.exp(-z)), fitted.predict(s)))
+            True
+        """
         return self._apply(scores, _logit_jit)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
@@ -216,8 +241,12 @@ def _pad_problems(target: tuple[int, ...], s, t, w):
     return s, t, w
 
 
+#: the fitted type of a parametric estimator (``FittedPlatt`` for ``PlattScaling``, ...)
+LinearFittedT = TypeVar("LinearFittedT", bound=LinearLogitCalibrator)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LinearCalibratorEstimator(Calibrator):
+class LinearCalibratorEstimator(Calibrator[LinearFittedT]):
     r"""Shared ``fit`` / ``fit_batch`` / ``fit_bayes`` of the parametric estimators (frozen
     dataclasses), and the hyperparameters they share (keyword-only).
 
@@ -229,6 +258,11 @@ class LinearCalibratorEstimator(Calibrator):
         max_iter: Newton iterations per candidate active set.
         tol: Newton-decrement tolerance relative to the total weight (default ``1e-18`` in
             float64, ``1e-9`` in float32).
+
+    Raises:
+        ValueError: an invalid hyperparameter (``l2`` negative or not finite, ``method``
+            not one of ``methods``, ``max_iter`` not an integer >= 1, ``tol`` not > 0, or one
+            of the subclass's), when the estimator is made.
 
     Subclasses define ``family`` (property), ``fitted_class`` and their own hyperparameters.
 
@@ -253,24 +287,31 @@ class LinearCalibratorEstimator(Calibrator):
     max_iter: int = 100
     tol: float | None = None
 
-    fitted_class: ClassVar[type]
+    fitted_class: ClassVar[type[LinearLogitCalibrator]]
     methods: ClassVar[tuple[str, ...]] = ("discriminative",)
+
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
     @property
     def family(self) -> LinearLogitFamily:  # pragma: no cover - interface
         raise NotImplementedError
 
     def _check_hyperparameters(self) -> None:
-        if self.method not in self.methods:
-            raise ValueError(
-                f"{type(self).__name__}: method must be one of {self.methods}; got {self.method!r}."
-            )
-        if not np.isfinite(self.l2) or self.l2 < 0:
-            raise ValueError(f"l2 must be a finite number >= 0; got {self.l2!r}.")
-        if int(self.max_iter) < 1:
-            raise ValueError(f"max_iter must be >= 1; got {self.max_iter!r}.")
-        if self.tol is not None and not self.tol > 0:
-            raise ValueError(f"tol must be > 0; got {self.tol!r}.")
+        check_choice(self.method, "method", self.methods)
+        check_real(self.l2, "l2", minimum=0.0)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        if self.tol is not None:
+            check_real(self.tol, "tol", minimum=0.0, strict=True)
+        self.family  # noqa: B018 - a family checks its own hyperparameters when it is made
+
+    def _check_scores(self, scores: np.ndarray, weights: np.ndarray, dtype: np.dtype) -> None:
+        """The family's eager checks of validated training scores (``[n]``, or ``[B, n]``
+        problems) for a fit in ``dtype``; ``ValueError`` (naming the problem of a batch)."""
+        if scores.ndim == 2:
+            self.family.check_scores_batch(scores, weights)
+        else:
+            self.family.check_scores(scores, weights)
 
     def _check_targets(self, targets: np.ndarray, weights: np.ndarray) -> None:
         if self.method == "generative" and np.any((targets > 1) & (weights > 0)):
@@ -280,7 +321,7 @@ class LinearCalibratorEstimator(Calibrator):
                 "loss='ips_positive' or 'snips', or method='discriminative'."
             )
 
-    def _make(self, theta, ctx, status, scaling: ScoreScaling) -> LinearLogitCalibrator:
+    def _make(self, theta, ctx, status, scaling: ScoreScaling) -> LinearFittedT:
         return self.fitted_class(
             theta=theta,
             context=ctx,
@@ -290,10 +331,11 @@ class LinearCalibratorEstimator(Calibrator):
             scaling=scaling,
         )
 
-    def _scaled(self, scores: np.ndarray, weights: np.ndarray, what: str):
-        """The exact transform of the training scores (``jaxcal.calibrators._scaling``): a
-        power of two where the family is scale-equivariant, a shift where it is
-        shift-equivariant (and the cast would merge scores); ``(scaling, s')``."""
+    def _scaled(self, scores: np.ndarray, weights: np.ndarray, what: str, dtype: np.dtype):
+        """The exact transform of the training scores into ``dtype`` (the fit's,
+        ``jaxcal.calibrators._scaling``): a power of two where the family is
+        scale-equivariant, a shift where it is shift-equivariant (and the cast would merge
+        scores); ``(scaling, s')``."""
         return fit_scaling(
             scores,
             weights,
@@ -301,13 +343,13 @@ class LinearCalibratorEstimator(Calibrator):
             scale=self.family.scale_equivariant,
             need_spread=True,
             what=what,
+            dtype=dtype,
         )
 
-    def _run(self, s, t, w):
-        """``fit_linear`` on ``(s, t, w)`` (``[n]`` or ``[B, n]``) padded to their size bucket
-        (``jaxcal._shapes``): zero-weight entries, and copies of the first problem as extra
-        problems, sliced off the result."""
-        dtype = np.dtype(jnp.result_type(float))  # float64 iff x64 is enabled
+    def _run(self, s, t, w, dtype: np.dtype):
+        """``fit_linear`` on ``(s, t, w)`` (``[n]`` or ``[B, n]``) in ``dtype``, padded to their
+        size bucket (``jaxcal._shapes``): zero-weight entries, and copies of the first
+        problem as extra problems, sliced off the result."""
         s, t, w = (np.asarray(a, dtype) for a in (s, t, w))
         shape = s.shape
         s, t, w = _pad_problems(padded_shape(shape), s, t, w)
@@ -327,19 +369,20 @@ class LinearCalibratorEstimator(Calibrator):
             out = jax.tree.map(lambda x: unpad(x, shape[0]), out)
         return out
 
-    def _fit(self, data: FitData) -> LinearLogitCalibrator:
-        """The exact fit; a :class:`~jaxcal.fitting.solver.SeparableDataWarning` when no
-        finite fit exists (separable data, ``l2 = 0``: the map is the near-step of
-        :mod:`jaxcal.fitting.linear`), a :class:`~jaxcal.fitting.solver.ConvergenceWarning`
-        when the solver did not converge (``fitted.status`` says which)."""
-        self.family.check_scores(data.scores, data.weights)
+    def _fit_in(self, data: FitData, dtype: np.dtype) -> LinearFittedT:
+        """The exact fit, in ``dtype`` (the scores'); a
+        :class:`~jaxcal.fitting.solver.SeparableDataWarning` when no finite fit exists
+        (separable data, ``l2 = 0``: the map is the near-step of :mod:`jaxcal.fitting.linear`),
+        a :class:`~jaxcal.fitting.solver.ConvergenceWarning` when the solver did not converge
+        (``fitted.status`` says which)."""
+        self._check_scores(data.scores, data.weights, dtype)
         self._check_targets(data.targets, data.weights)
-        scaling, s = self._scaled(data.scores, data.weights, type(self).__name__)
-        theta, ctx, status = self._run(s, data.targets, data.weights)
+        scaling, s = self._scaled(data.scores, data.weights, type(self).__name__, dtype)
+        theta, ctx, status = self._run(s, data.targets, data.weights, dtype)
         warn_if_not_converged(status, type(self).__name__)
         return self._make(theta, ctx, status, scaling)
 
-    def _fit_pure(self, data: PureFitData) -> LinearLogitCalibrator:
+    def _fit_pure(self, data: PureFitData) -> LinearFittedT:
         """The pure fit (``Calibrator.fit_pure``): the exact fit of :meth:`_fit` in JAX, in
         the scores' dtype, with no score transform (the identity ``scaling``) and never the
         compiled kernel.
@@ -377,7 +420,7 @@ class LinearCalibratorEstimator(Calibrator):
         sample_weight: ArrayLike | None = None,
         propensity: ArrayLike | None = None,
         loss: str = "naive",
-    ) -> LinearLogitCalibrator:
+    ) -> LinearFittedT:
         """Fit ``B`` independent calibrators in one compiled call.
 
         Either ``[B, n]`` arrays with an optional boolean ``mask`` (ragged problems), or
@@ -385,7 +428,8 @@ class LinearCalibratorEstimator(Calibrator):
         smallest id, ``np.unique(group)[g]``).
 
         Returns:
-            A fitted calibrator with batch shape ``(B,)``; ``predict`` takes ``[B, m]``.
+            A fitted calibrator with batch shape ``(B,)``; ``predict`` takes ``[B, m]``. Its
+            float leaves have the dtype of ``scores``, as :meth:`fit`'s.
 
         Raises:
             ValueError: on invalid inputs (per problem: one class only, all scores equal...).
@@ -394,8 +438,18 @@ class LinearCalibratorEstimator(Calibrator):
             SeparableDataWarning: problems whose data are separable (``status.code ==
                 SEPARABLE``; each row's map is the one :meth:`fit` returns on that row).
             ConvergenceWarning: problems whose solver did not converge.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> rng = np.random.default_rng(0)
+            >>> labels = rng.integers(0, 2, (3, 200))
+            >>> scores = rng.normal(labels.astype(float), 1.0)
+            >>> fitted = jaxcal.PlattScaling().fit_batch(scores, labels)
+            >>> fitted.batch_shape, fitted.predict(scores).shape
+            ((3,), (3, 200))
         """
         self._check_hyperparameters()
+        dtype = fit_dtype(scores)
         s, t, w = prepare_fit_batch(
             scores,
             labels,
@@ -405,14 +459,14 @@ class LinearCalibratorEstimator(Calibrator):
             propensity=propensity,
             loss=loss,
         )
-        self.family.check_scores_batch(s, w)
+        self._check_scores(s, w, dtype)
         self._check_targets(t, w)
-        scaling, s = self._scaled(s, w, type(self).__name__ + ".fit_batch")
-        theta, ctx, status = self._run(s, t, w)
+        scaling, s = self._scaled(s, w, type(self).__name__ + ".fit_batch", dtype)
+        theta, ctx, status = self._run(s, t, w, dtype)
         warn_if_not_converged(status, type(self).__name__ + ".fit_batch")
         return self._make(theta, ctx, status, scaling)
 
-    def fit_chunks(self, source: Any, *, loss: str = "naive") -> LinearLogitCalibrator:
+    def fit_chunks(self, source: Any, *, loss: str = "naive") -> LinearFittedT:
         """Fit on data read in chunks, on one process or across the processes of a
         ``jax.distributed`` job: the same calibrator as :meth:`fit` on all the rows.
 
@@ -433,7 +487,8 @@ class LinearCalibratorEstimator(Calibrator):
                 chunk's propensities).
 
         Returns:
-            The fitted calibrator, of the type :meth:`fit` returns.
+            The fitted calibrator, of the type :meth:`fit` returns; its float leaves have
+            the dtype of the chunks' scores (float64 if any chunk's are, with x64 enabled).
 
         Raises:
             ValueError: invalid hyperparameters or a generative ``method``; a source of
@@ -467,5 +522,11 @@ class LinearCalibratorEstimator(Calibrator):
 
 
 def coefficient(index: int, doc: str) -> property:
-    """A read-only property for ``theta[..., index]``."""
+    """A read-only property for ``theta[..., index]``.
+
+    Example:
+        >>> from jaxcal.calibrators._linear import coefficient
+        >>> coefficient(0, "Slope a.").__doc__
+        'Slope a.'
+    """
     return property(lambda self: self.theta[..., index], doc=doc)

@@ -15,6 +15,10 @@ job, each reading its own chunks.
 3. **The fit** (:func:`jaxcal.fitting.streamed.fit_linear_streamed`): each chunk's scores
    transformed, its targets and weights from the loss weighting, on every pass.
 
+The fit computes in, and its float leaves have, the dtype of the chunks' scores
+(:func:`~jaxcal.calibrators._scaling.fit_dtype`; float64 if any chunk's scores are, on any
+process, with x64 enabled).
+
 The result is the calibrator ``fit`` returns on the concatenated chunks (of every process),
 up to the rounding of sums. Two things differ, both in float32 only: the scores are shifted
 (``c``) whenever they lie within a factor 1.5 and the cast rounds some of them (``fit``
@@ -24,7 +28,7 @@ count), and no ``PrecisionWarning`` counts the ties that rounding makes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -40,6 +44,7 @@ from jaxcal.calibrators._scaling import (
     ARITHMETIC,
     ScoreScaling,
     _exponent,
+    fit_dtype,
     fit_scaling,
     working_dtype,
 )
@@ -61,18 +66,21 @@ class _Scan(NamedTuple):
     hi: float
     kappa: float  # the "snips" normaliser
     inexact: bool  # the cast to float32 rounds some score of positive weight
+    dtype: np.dtype  # the fit's: float64 if some chunk's scores are (fit_dtype), else float32
 
 
-def _scan(chunks: Callable[[], Iterator[Chunk]]) -> _Scan:
-    """One pass over the checked chunks (module docstring); an error reading a chunk is
-    raised on every process (``jaxcal.fitting.streamed._Passes``)."""
+def _scan(chunks: Callable[[], Iterator[tuple[np.dtype, Chunk]]]) -> _Scan:
+    """One pass over the checked chunks, each with the :func:`fit_dtype` of its scores
+    (module docstring); an error reading a chunk is raised on every process
+    (``jaxcal.fitting.streamed._Passes``)."""
     rows = largest = 0
-    lo, hi, inexact = np.inf, -np.inf, False
+    lo, hi, inexact, wide = np.inf, -np.inf, False, False
     sums = np.zeros(3)  # sum vY, sum v(1 - Y), sum vY/omega
     error = None
     float32 = working_dtype() != np.float64
     try:
-        for c in chunks():
+        for dtype, c in chunks():
+            wide = wide or dtype == np.float64
             rows += c.scores.shape[0]
             largest = max(largest, c.scores.shape[0])
             pos = c.sample_weight > 0
@@ -104,6 +112,7 @@ def _scan(chunks: Callable[[], Iterator[Chunk]]) -> _Scan:
         hi=distributed.process_max(hi),
         kappa=float(sums[0] / sums[2]) if sums[2] > 0 else 1.0,
         inexact=bool(distributed.process_max(int(inexact))),
+        dtype=np.dtype(np.float64 if distributed.process_max(int(wide)) else np.float32),
     )
 
 
@@ -111,6 +120,7 @@ def _scaling(family: LinearLogitFamily, scan: _Scan, what: str) -> ScoreScaling:
     """The transform ``fit`` would choose (``_scaling.fit_scaling`` on the range; float32
     shifts: module docstring)."""
     pair = np.array([scan.lo, scan.hi])
+    dtype = scan.dtype
     scaling, _ = fit_scaling(
         pair,
         np.ones(2),
@@ -118,12 +128,12 @@ def _scaling(family: LinearLogitFamily, scan: _Scan, what: str) -> ScoreScaling:
         scale=family.scale_equivariant,
         need_spread=True,
         what=what,
+        dtype=dtype,
     )
     lo, hi = pair
     narrow = (lo > 0 and hi <= _SHIFT_RATIO * lo) or (hi < 0 and lo >= _SHIFT_RATIO * hi)
     shifted = bool(np.any(np.asarray(scaling.shift)))
     if scan.inexact and family.shift_equivariant and narrow and not shifted:
-        dtype = working_dtype()
         k = _exponent(np.array([hi - lo]), np.finfo(dtype).maxexp // ARITHMETIC)
         c = np.ldexp(lo, -k).astype(dtype)  # within float32 rounding of lo: exact (Sterbenz)
         shift, exponent = jax.device_put((c[0], k[0].astype(np.int32)))
@@ -132,7 +142,16 @@ def _scaling(family: LinearLogitFamily, scan: _Scan, what: str) -> ScoreScaling:
 
 
 def fit_chunks(estimator: Any, source: Any, *, loss: str = "naive") -> Any:
-    """``estimator.fit_chunks(source, loss=...)`` (see ``LinearCalibratorEstimator``)."""
+    """``estimator.fit_chunks(source, loss=...)`` (see ``LinearCalibratorEstimator``).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.calibrators._linear_chunks import fit_chunks
+        >>> s, y = np.array([-1.0, -0.5, 0.2, 0.4, 1.0]), np.array([0, 1, 0, 1, 1])
+        >>> fitted = fit_chunks(jaxcal.PlattScaling(), [(s[:2], y[:2]), (s[2:], y[2:])])
+        >>> bool(np.allclose(fitted.theta, jaxcal.PlattScaling().fit(s, y).theta, rtol=1e-4))
+        True
+    """
     estimator._check_hyperparameters()
     what = f"{type(estimator).__name__}.fit_chunks"
     if estimator.method != "discriminative":
@@ -144,18 +163,18 @@ def fit_chunks(estimator: Any, source: Any, *, loss: str = "naive") -> Any:
         raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}.")
     read = chunk_source(source)
 
-    def checked(check: bool = True) -> Iterator[Chunk]:
+    def checked(check: bool = True) -> Iterator[tuple[np.dtype, Chunk]]:
         for k, raw in enumerate(read()):
             c = read_chunk(raw, k, loss=loss, check=check)
-            if c is not None:
-                yield c
+            if c is not None:  # a valid chunk: a mapping with scores, or a tuple
+                yield fit_dtype(raw["scores"] if isinstance(raw, Mapping) else raw[0]), c
 
     scan = _scan(checked)
     family = estimator.family
     # every family check depends on the smallest and largest score alone (module docstring)
-    family.check_scores(np.array([scan.lo, scan.hi]), np.ones(2))
+    estimator._check_scores(np.array([scan.lo, scan.hi]), np.ones(2), scan.dtype)
     scaling = _scaling(family, scan, what)
-    dtype = working_dtype()
+    dtype = scan.dtype
     lo, hi = np.asarray(scaling.apply(np.array([scan.lo, scan.hi])), dtype)
     ctx = ScoreRange(jnp.asarray(lo), jnp.asarray(hi))
 
@@ -163,7 +182,7 @@ def fit_chunks(estimator: Any, source: Any, *, loss: str = "naive") -> Any:
     transform = (lambda s: s) if scaling.is_identity() else scaling.apply
 
     def prepared() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        for c in checked(check=False):
+        for _, c in checked(check=False):
             t, w = targets_weights(c, loss=loss, kappa=scan.kappa)
             yield transform(c.scores), t, w
 

@@ -49,6 +49,19 @@ class FittedMulticalibrationBoosting(FittedCalibrator):
 
     A fitted batch (:meth:`MulticalibrationBoosting.fit_batch`) has a leading problem axis
     on every array except the encoder's (one encoder for all problems).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(1)
+        >>> device = rng.integers(0, 2, 2000)
+        >>> logit = rng.normal(size=2000)
+        >>> labels = rng.uniform(size=2000) < 1 / (1 + np.exp(-(logit + device - 0.5)))
+        >>> fitted = jaxcal.MulticalibrationBoosting(n_rounds=20).fit(
+        ...     logit, labels, {"device": device})
+        >>> isinstance(fitted, jaxcal.calibrators.FittedMulticalibrationBoosting)
+        True
+        >>> fitted.predict(logit[:3], {"device": device[:3]}).shape
+        (3,)
     """
 
     split_features: jax.Array

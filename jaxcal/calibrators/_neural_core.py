@@ -44,7 +44,15 @@ def piecewise_linear(logits: jax.Array, knots: jax.Array, values: jax.Array) -> 
 
     A logit at a knot is interpolated from the segment on its left, so copies of the last
     knot appended as padding (``knots[K:] == knots[K - 1]``) are never reached: their
-    values do not matter."""
+    values do not matter.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators.neural import piecewise_linear
+        >>> knots, values = jnp.array([0.0, 1.0]), jnp.array([1.0, 3.0])
+        >>> piecewise_linear(jnp.array([-5.0, 0.5, 9.0]), knots, values)
+        Array([1., 2., 3.], dtype=float32)
+    """
     knots, values = jnp.asarray(knots), jnp.asarray(values)
     lo = jnp.clip(logits, knots[0], knots[-1])
     k = jnp.clip(searchsorted(knots, lo, side="left") - 1, 0, knots.shape[0] - 2)
@@ -61,7 +69,16 @@ def field_mlp(
     weights: tuple[jax.Array, ...],
     biases: tuple[jax.Array, ...],
 ) -> jax.Array:
-    """``g(x) = v . e(x) + MLP(e(x))``: embed, concatenate, linear skip + ReLU MLP -> ``[n]``."""
+    """``g(x) = v . e(x) + MLP(e(x))``: embed, concatenate, linear skip + ReLU MLP -> ``[n]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators.neural import field_mlp
+        >>> emb = jnp.array([[1.0], [2.0], [3.0]])  # one field of 3 values, rank 1
+        >>> field_mlp(jnp.array([[0], [2]]), emb, jnp.array([0]), jnp.array([0.5]),
+        ...           (jnp.zeros((1, 1)),), ())  # no hidden layer: the linear term
+        Array([0.5, 1.5], dtype=float32)
+    """
     emb = embeddings[fields + offsets]  # [n, F, d]
     e = emb.reshape(emb.shape[0], -1)
     h = e
@@ -126,18 +143,18 @@ def training_loss(
     return data + iso + reg
 
 
-def init_params(knots, key, *, monotone, n_rows, n_fields, embedding_dim, hidden):
+def init_params(knots, key, *, monotone, n_rows, n_fields, rank, hidden):
     """Initial parameters (see ``NeuralCalibration.init_params``) with ``n_rows`` rows of
     embeddings. Rows are drawn independently of how many there are (JAX's partitionable
     threefry), so padding rows leaves the real rows' draws unchanged."""
     dtype = knots.dtype
     u = _values_inverse(knots, monotone)
     k_emb, *k_layers = jax.random.split(key, len(hidden) + 2)
-    emb = 0.1 * jax.random.normal(k_emb, (n_rows, embedding_dim), dtype)
-    widths = [n_fields * embedding_dim, *hidden]
+    emb = 0.1 * jax.random.normal(k_emb, (n_rows, rank), dtype)
+    widths = [n_fields * rank, *hidden]
     weights, biases = [], []
     for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        scale = np.sqrt(2.0 / max(fan_in, 1))
+        scale = float(np.sqrt(2.0 / max(fan_in, 1)))  # weak: keeps the knots' dtype
         weights.append(scale * jax.random.normal(k_layers[i], (fan_in, fan_out), dtype))
         biases.append(jnp.zeros(fan_out, dtype))
     weights.append(jnp.zeros((widths[-1], 1), dtype))
@@ -162,7 +179,7 @@ def init_params(knots, key, *, monotone, n_rows, n_fields, embedding_dim, hidden
         "batch_size",
         "use_fields",
         "n_rows",
-        "embedding_dim",
+        "rank",
         "hidden",
         "key_impl",
         "eps_root",
@@ -187,7 +204,7 @@ def train(
     batch_size: int | None,
     use_fields: bool,
     n_rows: int,
-    embedding_dim: int,
+    rank: int,
     hidden: tuple[int, ...],
     key_impl: str | None,
     eps_root: float = 0.0,
@@ -209,7 +226,7 @@ def train(
         monotone=monotone,
         n_rows=n_rows,
         n_fields=offsets.shape[0],
-        embedding_dim=embedding_dim,
+        rank=rank,
         hidden=hidden,
     )
     key = jax.random.fold_in(key, 1)

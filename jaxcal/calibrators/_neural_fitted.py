@@ -43,6 +43,18 @@ class FittedNeuralCalibration(FittedCalibrator):
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of logit scores
             (the knots refer to :math:`l\,2^{-k}`; the identity unless the working precision
             could not hold the training logits, ``jaxcal.calibrators._scaling``).
+
+    The float leaves have the dtype of the scores the calibrator was fitted on (float32
+    scores: float32, also with x64 enabled).
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5], np.float32), np.array([0, 1, 0, 1])
+        >>> fields = np.array([[0], [1], [1], [0]])
+        >>> cal = jaxcal.NeuralCalibration(n_knots=3, rank=2, hidden=(4,), n_steps=20)
+        >>> fitted = cal.fit(s, y, fields, key=jax.random.key(0))
+        >>> type(fitted).__name__, fitted.cardinalities, fitted.embeddings.dtype
+        ('FittedNeuralCalibration', (2,), dtype('float32'))
     """
 
     knots: jax.Array
@@ -57,7 +69,16 @@ class FittedNeuralCalibration(FittedCalibrator):
 
     @property
     def offsets(self) -> jax.Array:
-        """Row offset of each field's table inside ``embeddings``."""
+        """Row offset of each field's table inside ``embeddings``.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> fields = np.array([[0, 2], [1, 0], [1, 1], [0, 0]])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=5)
+            >>> cal.fit(s, y, fields, key=jax.random.key(0)).offsets.tolist()
+            [0, 2]
+        """
         return jnp.asarray(np.concatenate([[0], np.cumsum(self.cardinalities)[:-1]]), jnp.int32)
 
     def _checked(self, scores, fields):
@@ -113,7 +134,7 @@ class FittedNeuralCalibration(FittedCalibrator):
         s = np.asarray(self.scaling.apply(scores)).reshape(-1)
         n = s.shape[0]
         if n == 0:
-            return jax.device_put(np.zeros(shape, jnp.result_type(float)))
+            return jax.device_put(np.zeros(shape, self.knots.dtype))
         size = _shapes.padded_size(n)
         knots, values, network = self._padded_parts()
         f = None if fields is None else _shapes.pad_axis(fields, size)  # id 0 is valid
@@ -121,11 +142,31 @@ class FittedNeuralCalibration(FittedCalibrator):
         return _shapes.unpad(out, n, shape)
 
     def eta(self, scores: ArrayLike) -> jax.Array:
-        r"""The score part :math:`\eta(l)` (a logit), any input shape."""
+        r"""The score part :math:`\eta(l)` (a logit), any input shape.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> fitted = cal.fit(s, y, key=jax.random.key(0))
+            >>> bool(np.allclose(fitted.eta(s), fitted.predict_logit(s)))  # no fields: eta alone
+            True
+        """
         return self._apply(scores, None, output="eta")
 
     def field_offset(self, fields: ArrayLike) -> jax.Array:
-        """The field part :math:`g(x)` for ``[n, F]`` fields."""
+        """The field part :math:`g(x)` for ``[n, F]`` fields.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> x = np.array([[0], [1], [1], [0]])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> fitted = cal.fit(s, y, x, key=jax.random.key(0))
+            >>> g = fitted.field_offset(x)
+            >>> bool(np.allclose(fitted.predict_logit(s, x), fitted.eta(s) + g, atol=1e-6))
+            True
+        """
         if _shapes.is_traced(fields, self._network()):
             f = jnp.asarray(fields).reshape(-1, len(self.cardinalities))
             return field_mlp(f, *self._network())
@@ -137,13 +178,31 @@ class FittedNeuralCalibration(FittedCalibrator):
         return _shapes.unpad(out, n)
 
     def predict_logit(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
-        r""":math:`\eta(l) + g(x)` for ``[n]`` scores and ``[n, F]`` fields."""
+        r""":math:`\eta(l) + g(x)` for ``[n]`` scores and ``[n, F]`` fields.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> fitted = cal.fit(s, y, key=jax.random.key(0))
+            >>> bool(np.allclose(fitted.predict(s), 1 / (1 + np.exp(-fitted.predict_logit(s)))))
+            True
+        """
         scores, fields = self._checked(scores, fields)
         return self._apply(scores, fields, output="logit")
 
     def predict(self, scores: ArrayLike, fields: ArrayLike | None = None) -> jax.Array:
         """Calibrated probabilities ``sigmoid(eta(l) + g(x))``, in the shape of ``scores``
-        (any shape without fields; ``[n]`` with ``[n, F]`` fields)."""
+        (any shape without fields; ``[n]`` with ``[n, F]`` fields).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> fitted = cal.fit(s, y, key=jax.random.key(0))
+            >>> fitted.predict(np.zeros((2, 3))).shape
+            (2, 3)
+        """
         scores, fields = self._checked(scores, fields)
         return self._apply(scores, fields, output="prob")
 

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxcal._fitdata import maybe_check_scores
+from jaxcal._fitdata import fit_dtype, maybe_check_scores, working_dtype  # noqa: F401 (re-exported)
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._shapes import is_traced
 from jaxcal._validation import distinct_sorted, warn_precision_loss
@@ -63,6 +63,7 @@ from jaxcal._vma import varying_like
 
 __all__ = [
     "ScoreScaling",
+    "fit_dtype",
     "identity_scaling",
     "pure_identity_scaling",
     "fit_scaling",
@@ -79,18 +80,21 @@ ORDER = 2
 _SHIFT_RATIO = 1.5
 
 
-def working_dtype() -> np.dtype:
-    """JAX's default float dtype: float64 iff x64 is enabled."""
-    return np.dtype(jnp.result_type(float))
-
-
 @pytree_dataclass
 class ScoreScaling:
     """The exact transform :math:`s' = s\\,2^{-k} - c` of a fitted calibrator's scores.
 
     Attributes:
-        shift: ``[...]`` :math:`c` (working dtype; exactly the value subtracted).
+        shift: ``[...]`` :math:`c`, in the dtype of the fitted calibrator (the working dtype
+            of its fit, :func:`fit_dtype`; exactly the value subtracted).
         exponent: ``[...]`` :math:`k` (int32).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.calibrators._scaling import ScoreScaling
+        >>> scaling = ScoreScaling(shift=np.float32(1.0), exponent=np.int32(2))
+        >>> scaling.apply(np.array([4.0, 8.0]))  # s / 2**2 - 1
+        array([0., 1.], dtype=float32)
     """
 
     shift: jax.Array
@@ -106,9 +110,10 @@ class ScoreScaling:
 
     def apply(self, scores: Any, *, batch_ndim: int = 0) -> Any:
         """:math:`s'` of validated ``scores``. Concrete scores: computed in float64 on the host,
-        clipped to the working dtype's finite range and cast to it (returned unchanged for the
-        identity). Traced scores: in their dtype, by exact powers of two. A batched transform
-        (leaves ``[B...]``, ``batch_ndim`` dimensions) takes scores ``[B..., m...]``."""
+        clipped to the finite range of the dtype of ``shift`` (the fitted calibrator's) and
+        cast to it (for the identity: returned unchanged, clipped to that range if they
+        exceed it). Traced scores: in their dtype, by exact powers of two. A batched
+        transform (leaves ``[B...]``, ``batch_ndim`` dimensions) takes scores ``[B..., m...]``."""
         if is_traced(scores, self):
             s = jnp.asarray(scores)
             if not jnp.issubdtype(s.dtype, jnp.floating):
@@ -123,7 +128,10 @@ class ScoreScaling:
             s = varying_like(s, c, k)  # inside shard_map: both branches vary as the map does
             return lax.cond(identity, lambda x: x, lambda x: _ldexp_traced(x, -k) - c, s)
         scores = maybe_check_scores(scores)
-        dtype = working_dtype()
+        dtype = getattr(self.shift, "dtype", None)
+        dtype = np.result_type(self.shift) if dtype is None else np.dtype(dtype)
+        if dtype.kind != "f":  # not a float (a shift stored as an integer)
+            dtype = working_dtype()
         if self.is_identity():  # the scores as they are, their dtype kept, but finite
             return _clip_finite(scores, dtype)
         s = np.asarray(scores, np.float64)
@@ -136,15 +144,30 @@ def _expand(x, batch_ndim: int, ndim: int):
     return x.reshape(x.shape + (1,) * (ndim - batch_ndim))
 
 
-def identity_scaling(batch_shape: tuple[int, ...] = ()) -> ScoreScaling:
-    """The identity transform (``c = 0``, ``k = 0``) in the working dtype."""
-    return _identity(tuple(batch_shape), working_dtype().name)
+def identity_scaling(batch_shape: tuple[int, ...] = (), dtype: Any = None) -> ScoreScaling:
+    """The identity transform (``c = 0``, ``k = 0``) in ``dtype`` (default: the working
+    dtype).
+
+    Example:
+        >>> from jaxcal.calibrators._scaling import identity_scaling
+        >>> identity_scaling().is_identity()
+        True
+    """
+    dtype = working_dtype() if dtype is None else np.dtype(dtype)
+    return _identity(tuple(batch_shape), dtype.name)
 
 
 def pure_identity_scaling(dtype) -> ScoreScaling:
     """The identity transform as JAX arrays (``c = 0`` in ``dtype``, ``k = 0``), made inside
     the caller's trace: the scaling of the pure fits, which do no host work (their scores
-    are used as they are, in their own dtype)."""
+    are used as they are, in their own dtype).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators._scaling import pure_identity_scaling
+        >>> pure_identity_scaling(jnp.float32).shift.dtype
+        dtype('float32')
+    """
     return ScoreScaling(shift=jnp.zeros((), dtype), exponent=jnp.zeros((), jnp.int32))
 
 
@@ -230,6 +253,7 @@ def fit_scaling(
     kind: int = ARITHMETIC,
     need_spread: bool = False,
     what: str,
+    dtype: Any = None,
 ) -> tuple[ScoreScaling, np.ndarray]:
     """The transform of validated float64 training scores (``[n]``, or ``[B, n]`` problems
     with one transform each) and the transformed scores, as float64 arrays holding
@@ -243,6 +267,8 @@ def fit_scaling(
         kind: :data:`ARITHMETIC` or :data:`ORDER` (the range kept as is, module docstring).
         need_spread: raise ``ValueError`` if the cast makes all scores of a problem equal.
         what: the calibrator's name, for messages.
+        dtype: the working dtype of the fit (default JAX's default float; a calibrator
+            whose fitted leaves follow its scores' dtype passes :func:`fit_dtype`).
 
     Warns:
         PrecisionWarning: the cast merged more than ``TIE_WARN_FRACTION`` of the distinct
@@ -251,7 +277,7 @@ def fit_scaling(
     batched = scores.ndim == 2
     s = scores if batched else scores[None]
     pos = (weights if batched else weights[None]) > 0
-    dtype = working_dtype()
+    dtype = working_dtype() if dtype is None else np.dtype(dtype)
     limit = np.finfo(dtype).maxexp // kind
     allpos = bool(pos.all())
     with np.errstate(invalid="ignore"):
@@ -286,7 +312,7 @@ def fit_scaling(
         shift_, exponent = jax.device_put(leaves)
         scaling = ScoreScaling(shift=shift_, exponent=exponent)
     else:
-        scaling = identity_scaling(m.shape if batched else ())
+        scaling = identity_scaling(m.shape if batched else (), dtype)
     out = work.astype(np.float64, copy=False)
     return scaling, out if batched else out[0]
 

@@ -72,7 +72,6 @@ __all__ = [
     "va_tables",
     "va_tables_pure",
     "va_lookup",
-    "stratified_folds_pure",
 ]
 
 
@@ -368,9 +367,11 @@ def fit_tables(
     weights: np.ndarray,
     problem: np.ndarray,
     n_problems: int,
+    *,
+    dtype=None,
 ) -> VennAbersTables:
     """The lookup tables of ``n_problems`` Venn-Abers problems (host preparation in
-    float64, then :func:`va_tables`).
+    float64, then :func:`va_tables` in ``dtype``).
 
     Args:
         scores: ``[n]`` validated scores (float64 holding working-dtype values).
@@ -378,9 +379,18 @@ def fit_tables(
         weights: ``[n]`` non-negative weights (zero-weight points are left out).
         problem: ``[n]`` problem codes in ``[0, n_problems)``.
         n_problems: ``P``.
+        dtype: the dtype of the tables (default: JAX's default float).
 
     Returns:
         The device tables, padded to bucket sizes (padding points are empty problems).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.calibrators._venn_abers_core import fit_tables
+        >>> s, y = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.0, 1.0, 0.0, 1.0])
+        >>> tables = fit_tables(s, y, np.ones(4), np.zeros(4, np.int64), 1)
+        >>> int(tables.run_count[0]), tables.p1[:5].tolist()  # p1 below each run, then above
+        (4, [0.5, 0.667, 0.667, 1.0, 1.0])
     """
     if not weights.min() > 0:
         keep = weights > 0
@@ -397,7 +407,7 @@ def fit_tables(
     p_start = run_start + np.arange(n_problems)  # P_0 of each problem
     p_end = p_start + counts
     # CSD increments per point (padding: empty problems), cumulated on the device
-    dtype = jnp.result_type(float)
+    dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
     inc_w, inc_y = np.zeros(size, dtype), np.zeros(size, dtype)
     at = np.arange(1, n_runs + 1) + run_prob
     inc_w[at], inc_y[at] = rw, ry
@@ -489,18 +499,3 @@ def fit_tables_pure(
     return VennAbersTables(
         edges=edges, p0=p0, p1=p1, run_start=run_start.astype(jnp.int32), run_count=counts
     )
-
-
-def stratified_folds_pure(labels: jax.Array, k: int, seed: int) -> jax.Array:
-    """The fold ids of ``jaxcal.calibrators.venn_abers._stratified_folds`` for one problem,
-    with traced labels: the random order within each label is a permutation of the
-    positions drawn on the host from ``seed`` (it depends on ``n`` and ``seed`` only, both
-    static), so the folds are those of the eager fit for the same seed."""
-    n = labels.shape[0]
-    key = jnp.asarray(np.random.default_rng(seed).permutation(n))
-    order = jnp.lexsort((key, labels))
-    ls = labels[order]
-    idx = jnp.arange(n)
-    new = jnp.concatenate([jnp.ones(1, bool), ls[1:] != ls[:-1]])
-    start = lax.cummax(jnp.where(new, idx, 0))
-    return jnp.zeros(n, jnp.int32).at[order].set(((idx - start) % k).astype(jnp.int32))

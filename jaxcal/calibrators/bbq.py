@@ -85,7 +85,8 @@ from jaxcal._fitdata import FitData, PureFitData, poison
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._scan import cummax, cumsum, presort
-from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal._validation import check_real
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator, check_choice
 from jaxcal.calibrators._scaling import (
     ORDER,
     ScoreScaling,
@@ -102,7 +103,13 @@ _SCORE_SCALES = ("auto", "probability", "rank", "logit")
 
 
 def bbq_bin_counts(n: int, c: float) -> np.ndarray:
-    r"""The bin counts :math:`B` of the BBQ models for ``n`` training points."""
+    r"""The bin counts :math:`B` of the BBQ models for ``n`` training points.
+
+    Example:
+        >>> from jaxcal.calibrators.bbq import bbq_bin_counts
+        >>> bbq_bin_counts(27, 1.5).tolist()  # N^(1/3) = 3: from 3 / 1.5 to 3 * 1.5
+        [2, 3, 4, 5]
+    """
     root = n ** (1.0 / 3.0)
     lo = max(1, int(np.floor(root / c)))
     hi = max(lo, min(n, int(np.ceil(c * root))))
@@ -119,7 +126,13 @@ def log_gamma(x: jax.Array) -> jax.Array:
     division): the recurrence :math:`\log\Gamma(x) = \log\Gamma(x + k) - \log(x (x + 1)
     \cdots (x + k - 1))` brings the argument to :math:`z = x + k \ge 8`, where Stirling's
     series up to :math:`z^{-9}` is within :math:`3 \times 10^{-13}` (its next term,
-    :math:`691 / (360360 z^{11})`)."""
+    :math:`691 / (360360 z^{11})`).
+
+    Example:
+        >>> import jax.numpy as jnp; from jaxcal.calibrators.bbq import log_gamma
+        >>> log_gamma(jnp.array([1.0, 5.0])).round(5).tolist()  # log 0! and log 4! = log 24
+        [0.0, 3.17805]
+    """
     z, product = x, jnp.ones_like(x)
     for _ in range(_SHIFT):  # lax.select: jnp.where would trace a nested program each time
         small = z < _SHIFT
@@ -349,6 +362,15 @@ class FittedBBQ(FittedCalibrator):
         score_scale: how the prior read the scores: ``"probability"``, ``"rank"`` or
             ``"logit"`` (``"auto"`` after a pure fit with ``score_scale="auto"``, which
             decides in the program).
+
+    Every float leaf has the dtype of the training scores.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> p = np.linspace(0.01, 0.99, 300); y = (np.arange(300) % 3 == 0) | (p > 0.7)
+        >>> fitted = jaxcal.BBQ().fit(p, y)  # posterior model weights sum to 1:
+        >>> round(float(np.exp(np.asarray(fitted.log_weight)).sum()), 3), fitted.score_scale
+        (1.0, 'probability')
     """
 
     edges: jax.Array
@@ -368,8 +390,9 @@ class FittedBBQ(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BBQ(Calibrator):
-    """Bayesian Binning into Quantiles estimator (Naeini et al. 2015).
+class BBQ(Calibrator[FittedBBQ]):
+    """Bayesian Binning into Quantiles estimator (Naeini et al. 2015); ``fit`` returns a
+    :class:`FittedBBQ`.
 
     Args:
         c: model range constant :math:`C` (bin counts from :math:`N^{1/3}/C` to
@@ -379,6 +402,9 @@ class BBQ(Calibrator):
             else ``"rank"``), ``"probability"``, ``"rank"`` or ``"logit"``: where the bins'
             prior means come from (module docstring); ``"rank"`` makes the fit depend on the
             order of the scores alone.
+
+    Raises:
+        ValueError: a bad ``c``, ``equivalent_sample_size`` or ``score_scale``, when made.
 
     Example:
         >>> import jaxcal, numpy as np
@@ -391,26 +417,26 @@ class BBQ(Calibrator):
         >>> big = jaxcal.BBQ().fit(s * 1e20, y)  # the units do not matter
         >>> bool(np.array_equal(cal.predict(s), big.predict(s * 1e20)))
         True
+        >>> jaxcal.BBQ(c=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: c must be a finite number and >= 1; got 0.5.
     """
 
     c: float = 10.0
     equivalent_sample_size: float = 2.0
     score_scale: str = "auto"
 
-    def _check_hyperparameters(self) -> None:
-        if not (np.isfinite(self.c) and self.c >= 1):
-            raise ValueError(f"c must be >= 1; got {self.c!r}.")
-        if not (np.isfinite(self.equivalent_sample_size) and self.equivalent_sample_size > 0):
-            raise ValueError(
-                f"equivalent_sample_size must be > 0; got {self.equivalent_sample_size!r}."
-            )
-        if self.score_scale not in _SCORE_SCALES:
-            raise ValueError(
-                f"score_scale must be one of {_SCORE_SCALES}; got {self.score_scale!r}."
-            )
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
-    def _fit(self, d: FitData) -> FittedBBQ:
-        """Score all binning models and store them with their posterior weights."""
+    def _check_hyperparameters(self) -> None:
+        check_real(self.c, "c", minimum=1.0)
+        check_real(self.equivalent_sample_size, "equivalent_sample_size", minimum=0.0, strict=True)
+        check_choice(self.score_scale, "score_scale", _SCORE_SCALES)
+
+    def _fit_in(self, d: FitData, dtype: np.dtype) -> FittedBBQ:
+        """Score all binning models, store them with their posterior weights (in ``dtype``)."""
         in_unit = bool((d.scores >= 0).all() and (d.scores <= 1).all())
         if self.score_scale == "probability" and not in_unit:
             raise ValueError("score_scale='probability' needs scores in [0, 1].")
@@ -424,13 +450,14 @@ class BBQ(Calibrator):
         size = _shapes.padded_size(n)
         # bins depend on the order of the scores only; the prior reads the bin mid scores
         # back in score units (_posterior)
-        scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="BBQ")
+        scaling, s = fit_scaling(
+            d.scores, d.weights, shift=True, kind=ORDER, what="BBQ", dtype=dtype
+        )
         # a tie run is one block: any order within it
         presorted, s, t, w = presort(s, d.targets, d.weights)
         padded = _shapes.pad_rows(size, s, t, w, fills=(s.max(), 0, 0))
         model_slots, pair_slots = _slots(n_bins, size, float(self.c))
         layout = _model_layout(n_bins, n, pair_slots)
-        dtype = jnp.result_type(float)
         ss, N_b, m_b, lo, mid = _bins(
             *(np.asarray(a, dtype) for a in padded),
             n,
@@ -452,6 +479,7 @@ class BBQ(Calibrator):
         inner = bin_index > 0
         edges_mb[model[inner], bin_index[inner] - 1] = lo[:n_pairs][inner]
         table_e, table_v = _compact_table(ss[:n], table, is_edge, base)
+        table_v = table_v.astype(dtype)  # the table is summed in float64 (_ensemble_table)
         # padded as the points were (K <= n distinct edges): predict compiles once per bucket
         table_e = _shapes.pad_axis(table_e, size, np.inf)
         table_v = _shapes.pad_axis(table_v, size + 1, table_v[-1])

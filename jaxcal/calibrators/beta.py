@@ -37,6 +37,8 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._validation import check_real
+from jaxcal.calibrators._base import check_choice
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
@@ -57,6 +59,14 @@ class BetaFamily(LinearLogitFamily):
     Args:
         rescale: ``"range"`` or ``"none"`` (see the module docstring).
         margin: the margin :math:`m > 0` of ``"range"`` rescaling.
+
+    Raises:
+        ValueError: ``rescale`` not one of those, or ``margin`` not a finite number > 0.
+
+    Example:
+        >>> from jaxcal.calibrators.beta import BetaFamily
+        >>> BetaFamily(rescale="none").param_names
+        ('a', 'b', 'c')
     """
 
     rescale: str = "range"
@@ -66,10 +76,9 @@ class BetaFamily(LinearLogitFamily):
     intercept_index: ClassVar[int | None] = 2
 
     def __post_init__(self):
-        if self.rescale not in _RESCALE:
-            raise ValueError(f"rescale must be one of {_RESCALE}; got {self.rescale!r}.")
-        if not (np.isfinite(self.margin) and self.margin > 0):
-            raise ValueError(f"margin must be a finite number > 0; got {self.margin!r}.")
+        check_choice(self.rescale, "rescale", _RESCALE)
+        margin = check_real(self.margin, "margin", minimum=0.0, strict=True)
+        object.__setattr__(self, "margin", margin)  # a Python float: hashable, saved as is
 
     @property
     def shift_equivariant(self) -> bool:
@@ -102,7 +111,12 @@ class BetaFamily(LinearLogitFamily):
         x = self.transform(jnp.stack([jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)]), ctx)
         return jnp.stack([1 - x, x, jnp.zeros_like(x)], axis=-1)
 
-    def check_scores(self, scores: np.ndarray, weights: np.ndarray) -> None:
+    def check_scores(
+        self, scores: np.ndarray, weights: np.ndarray, dtype: np.dtype | None = None
+    ) -> None:
+        r"""The checks of every family, and for ``"none"`` scores strictly inside (0, 1) that
+        the clip into :math:`[\epsilon, 1 - \epsilon]` of ``dtype`` (the fit's, default the
+        working dtype) does not make all equal."""
         super().check_scores(scores, weights)
         s = scores[weights > 0]
         if self.rescale == "none" and ((s <= 0).any() or (s >= 1).any()):
@@ -110,17 +124,17 @@ class BetaFamily(LinearLogitFamily):
                 "BetaCalibration(rescale='none') needs scores strictly inside (0, 1); got "
                 f"range [{s.min():.6g}, {s.max():.6g}]. Use rescale='range' for other scores."
             )
-        if self.rescale == "none":  # s' is clipped into [eps, 1 - eps] of the working dtype
-            dtype = jnp.result_type(float)
+        if self.rescale == "none":  # s' is clipped into [eps, 1 - eps] of the fit's dtype
+            dtype = jnp.result_type(float) if dtype is None else np.dtype(dtype)
             eps = float(jnp.finfo(dtype).eps)
             clipped = np.clip(s.astype(dtype), eps, 1 - eps)
             if clipped.min() == clipped.max():
                 raise ValueError(
                     "BetaCalibration(rescale='none') clips probabilities into [eps, 1 - eps] "
-                    f"of {np.dtype(dtype).name} (JAX's working precision, eps = {eps:.3g}), and "
+                    f"of {np.dtype(dtype).name} (the fit's precision, eps = {eps:.3g}), and "
                     f"all training scores (range [{s.min():.6g}, {s.max():.6g}]) fall on one "
-                    "value there: the map is not identified. Use rescale='range', or enable "
-                    "float64 (jax.config.update('jax_enable_x64', True))."
+                    "value there: the map is not identified. Use rescale='range', or fit float64 "
+                    "scores with float64 enabled (jax.config.update('jax_enable_x64', True))."
                 )
 
     def invalid_scores(self, scores: jax.Array, weights: jax.Array) -> jax.Array:
@@ -137,7 +151,16 @@ class BetaFamily(LinearLogitFamily):
 
 @pytree_dataclass
 class FittedBeta(LinearLogitCalibrator):
-    """Fitted beta calibration: ``predict(s) = sigmoid(a log s' - b log(1 - s') + c)``."""
+    """Fitted beta calibration: ``predict(s) = sigmoid(a log s' - b log(1 - s') + c)``.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> p, y = np.array([0.1, 0.3, 0.4, 0.6, 0.8, 0.9]), np.array([0, 1, 0, 0, 1, 1])
+        >>> fitted = jaxcal.BetaCalibration(rescale="none").fit(p, y)
+        >>> z = fitted.a * np.log(p) - fitted.b * np.log1p(-p) + fitted.c
+        >>> bool(np.allclose(fitted.predict(p), 1 / (1 + np.exp(-z)), atol=1e-6))
+        True
+    """
 
     a = coefficient(0, "a >= 0 (coefficient of log s').")
     b = coefficient(1, "b >= 0 (coefficient of -log(1 - s')).")
@@ -145,7 +168,7 @@ class FittedBeta(LinearLogitCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BetaCalibration(LinearCalibratorEstimator):
+class BetaCalibration(LinearCalibratorEstimator[FittedBeta]):
     """Beta calibration estimator (Kull et al. 2017).
 
     Args:
@@ -153,14 +176,41 @@ class BetaCalibration(LinearCalibratorEstimator):
         margin: margin of the ``"range"`` rescaling (default 0.01).
 
     ``l2`` (on :math:`a, b`), ``method`` (only ``"discriminative"``), ``max_iter`` and ``tol``
-    as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
+    as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`. ``fit`` returns a
+    :class:`FittedBeta`.
+
+    Raises:
+        ValueError: an invalid hyperparameter (``rescale``, ``margin`` or a shared one),
+            when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([-2.0, -1.0, 0.0, 0.5, 1.0, 3.0]), np.array([0, 1, 0, 0, 1, 1])
+        >>> fitted = jaxcal.BetaCalibration(margin=0.05).fit(s, y)  # "range": any scores
+        >>> bool(fitted.is_monotone())
+        True
+        >>> jaxcal.BetaCalibration(margin=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: margin must be a finite number and > 0; got 0.0.
     """
 
     rescale: str = "range"
     margin: float = 0.01
 
-    fitted_class: ClassVar[type] = FittedBeta
+    fitted_class: ClassVar[type[FittedBeta]] = FittedBeta
 
     @property
     def family(self) -> BetaFamily:
-        return BetaFamily(rescale=self.rescale, margin=float(self.margin))
+        return BetaFamily(rescale=self.rescale, margin=self.margin)
+
+    def _check_scores(self, scores: np.ndarray, weights: np.ndarray, dtype: np.dtype) -> None:
+        family = self.family
+        if scores.ndim == 1:
+            family.check_scores(scores, weights, dtype=dtype)
+            return
+        for b in range(scores.shape[0]):  # as LinearLogitFamily.check_scores_batch
+            try:
+                family.check_scores(scores[b], weights[b], dtype=dtype)
+            except ValueError as exc:
+                raise ValueError(f"problem {b}: {exc}") from None

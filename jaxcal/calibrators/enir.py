@@ -96,7 +96,7 @@ from jaxcal._fitdata import FitData, PureFitData
 from jaxcal._jit import jit
 from jaxcal._native import enir_cpu_available, enir_fit_cpu, near_isotonic_cpu
 from jaxcal._pytree import pytree_dataclass
-from jaxcal._validation import check_sample_weight, check_scores, nan_where, pure_1d
+from jaxcal._validation import check_real, check_sample_weight, check_scores, nan_where, pure_1d
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._enir_path import (
     average_path,
@@ -255,6 +255,17 @@ class FittedENIR(FittedCalibrator):
         n_scored: how many of them were scored exactly; the others' BIC lower bound put
             their total weight below e^-40 of the best model's (see ``_enir_average``).
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
+
+    Every float leaf has the dtype of the training scores.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([0.1, 0.2, 0.3, 0.6, 0.8, 0.9]), np.array([0, 1, 0, 1, 0, 1])
+        >>> fitted = jaxcal.ENIR().fit(s, y)
+        >>> fitted.knots_x.shape[0] >= 6  # the runs (padded to a bucket size)
+        True
+        >>> bool(np.all((fitted.predict(s) >= 0) & (fitted.predict(s) <= 1)))
+        True
     """
 
     knots_x: jax.Array
@@ -269,17 +280,37 @@ class FittedENIR(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ENIR(Calibrator):
-    """Ensemble of near-isotonic regressions (Naeini & Cooper 2016), BIC-weighted.
+class ENIR(Calibrator[FittedENIR]):
+    """Ensemble of near-isotonic regressions (Naeini & Cooper 2016), BIC-weighted; ``fit``
+    returns a :class:`FittedENIR`.
 
     Args:
         eps: clipping of the fitted values inside the Bernoulli log-likelihood.
+
+    Raises:
+        ValueError: ``eps`` outside (0, 0.5), when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> p = rng.uniform(size=1000)
+        >>> y = (rng.uniform(size=1000) < p).astype(int)
+        >>> fitted = jaxcal.ENIR(eps=1e-4).fit(p, y)
+        >>> int(fitted.n_models) >= int(fitted.n_scored) >= 1
+        True
+        >>> jaxcal.ENIR(eps=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: eps must lie in (0, 0.5); got 0.5.
     """
 
     eps: float = 1e-3
 
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
+
     def _check_hyperparameters(self) -> None:
-        if not (0.0 < self.eps < 0.5):
+        if not 0.0 < check_real(self.eps, "eps") < 0.5:
             raise ValueError(f"eps must lie in (0, 0.5); got {self.eps!r}.")
 
     def _fit_pure(self, d: PureFitData) -> FittedENIR:
@@ -320,13 +351,14 @@ class ENIR(Calibrator):
             scaling=traced_identity_scaling(s.dtype),
         )
 
-    def _fit(self, d: FitData) -> FittedENIR:
+    def _fit_in(self, d: FitData, dtype: np.dtype) -> FittedENIR:
         """Trace the path and BIC-average its breakpoint models (the CPU kernel, or the
-        jitted JAX passes); models whose BIC bound puts their total weight below e^-40 of
-        the best are skipped."""
-        scaling, s = fit_scaling(d.scores, d.weights, shift=True, kind=ORDER, what="ENIR")
+        jitted JAX passes), in ``dtype``; models whose BIC bound puts their total weight
+        below e^-40 of the best are skipped."""
+        scaling, s = fit_scaling(
+            d.scores, d.weights, shift=True, kind=ORDER, what="ENIR", dtype=dtype
+        )
         xs, W, y, s1, s0, real = _runs_host(s, d.targets, d.weights)
-        dtype = jnp.result_type(float)
         runs = (*(jax.device_put(np.asarray(a, dtype)) for a in (W, y, s1, s0)), real)
         n_eff = np.asarray(np.sum(d.weights > 0), dtype)
         eps = np.asarray(self.eps, dtype)

@@ -43,6 +43,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._validation import check_real
 from jaxcal.calibrators._linear import (
     LinearCalibratorEstimator,
     LinearLogitCalibrator,
@@ -65,6 +66,14 @@ class GammaFamily(LinearLogitFamily):
         shift: :math:`\delta` as a fraction of the training range (``> 0``), or the absolute
             :math:`\delta` when ``relative_shift`` is false.
         relative_shift: whether ``shift`` is relative to the training range.
+
+    Raises:
+        ValueError: ``shift`` not a finite number > 0, or ``relative_shift`` not a bool.
+
+    Example:
+        >>> from jaxcal.calibrators.gamma import GammaFamily
+        >>> GammaFamily(shift=0.5, relative_shift=False).scale_equivariant
+        False
     """
 
     shift: float = 0.01
@@ -74,8 +83,12 @@ class GammaFamily(LinearLogitFamily):
     intercept_index: ClassVar[int | None] = 2
 
     def __post_init__(self):
-        if not (np.isfinite(self.shift) and self.shift > 0):
-            raise ValueError(f"shift must be a finite number > 0; got {self.shift!r}.")
+        shift = check_real(self.shift, "shift", minimum=0.0, strict=True)
+        if not isinstance(self.relative_shift, bool | np.bool_):
+            raise ValueError(f"relative_shift must be True or False; got {self.relative_shift!r}.")
+        # Python scalars: hashable, saved as they are
+        object.__setattr__(self, "shift", shift)
+        object.__setattr__(self, "relative_shift", bool(self.relative_shift))
 
     shift_equivariant: ClassVar[bool] = True  # s' = s - s_min + delta
 
@@ -136,7 +149,17 @@ class GammaFamily(LinearLogitFamily):
 
 @pytree_dataclass
 class FittedGamma(LinearLogitCalibrator):
-    """Fitted Gamma calibration: ``predict(s) = sigmoid(a log s' + b s' + c)``."""
+    """Fitted Gamma calibration: ``predict(s) = sigmoid(a log s' + b s' + c)``.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([0.2, 0.5, 0.7, 1.2, 2.0, 3.0]), np.array([0, 1, 0, 0, 1, 1])
+        >>> fitted = jaxcal.GammaCalibration(shift=1.0, relative_shift=False).fit(s, y)
+        >>> x = s - s.min() + 1.0  # s' with the absolute shift
+        >>> z = fitted.a * np.log(x) + fitted.b * x + fitted.c
+        >>> bool(np.allclose(fitted.predict(s), 1 / (1 + np.exp(-z)), atol=1e-6))
+        True
+    """
 
     a = coefficient(0, "Coefficient a of log s'.")
     b = coefficient(1, "Coefficient b of s'.")
@@ -144,7 +167,7 @@ class FittedGamma(LinearLogitCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GammaCalibration(LinearCalibratorEstimator):
+class GammaCalibration(LinearCalibratorEstimator[FittedGamma]):
     """Gamma calibration estimator.
 
     Args:
@@ -154,14 +177,30 @@ class GammaCalibration(LinearCalibratorEstimator):
 
     ``l2`` (on :math:`a, b`), ``method`` (``"discriminative"`` or ``"generative"``),
     ``max_iter`` and ``tol`` as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
+    ``fit`` returns a :class:`FittedGamma`.
+
+    Raises:
+        ValueError: an invalid hyperparameter (``shift``, ``relative_shift`` or a shared
+            one), when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([0.2, 0.5, 0.7, 1.2, 2.0, 3.0]), np.array([0, 1, 0, 0, 1, 1])
+        >>> fitted = jaxcal.GammaCalibration().fit(s, y)
+        >>> bool(fitted.is_monotone()), fitted.predict(s).shape
+        (True, (6,))
+        >>> jaxcal.GammaCalibration(shift=-0.1)
+        Traceback (most recent call last):
+        ...
+        ValueError: shift must be a finite number and > 0; got -0.1.
     """
 
     shift: float = 0.01
     relative_shift: bool = True
 
-    fitted_class: ClassVar[type] = FittedGamma
+    fitted_class: ClassVar[type[FittedGamma]] = FittedGamma
     methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")
 
     @property
     def family(self) -> GammaFamily:
-        return GammaFamily(shift=float(self.shift), relative_shift=bool(self.relative_shift))
+        return GammaFamily(shift=self.shift, relative_shift=self.relative_shift)

@@ -48,7 +48,13 @@ __all__ = ["GaussianCalibration", "FittedGaussian", "GaussianFamily"]
 @family_dataclass
 class GaussianFamily(LinearLogitFamily):
     r""":math:`z = a s^2 + b s + c`; :math:`\phi = [s^2, s, 1]`; rows
-    :math:`[2s_{\min}, 1, 0]`, :math:`[2s_{\max}, 1, 0]`."""
+    :math:`[2s_{\min}, 1, 0]`, :math:`[2s_{\max}, 1, 0]`.
+
+    Example:
+        >>> from jaxcal.calibrators.gaussian import GaussianFamily
+        >>> GaussianFamily().param_names
+        ('a', 'b', 'c')
+    """
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b", "c")
     intercept_index: ClassVar[int | None] = 2
@@ -73,7 +79,16 @@ class GaussianFamily(LinearLogitFamily):
 
 @pytree_dataclass
 class FittedGaussian(LinearLogitCalibrator):
-    """Fitted Gaussian calibration: ``predict(s) = sigmoid(a s^2 + b s + c)``."""
+    """Fitted Gaussian calibration: ``predict(s) = sigmoid(a s^2 + b s + c)``.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([-1.0, -0.5, 0.2, 0.4, 1.0, 1.5]), np.array([0, 1, 0, 1, 0, 1])
+        >>> fitted = jaxcal.GaussianCalibration().fit(s, y)
+        >>> z = fitted.a * s**2 + fitted.b * s + fitted.c
+        >>> bool(np.allclose(fitted.predict(s), 1 / (1 + np.exp(-z)), atol=1e-6))
+        True
+    """
 
     a = coefficient(0, "Quadratic coefficient a.")
     b = coefficient(1, "Linear coefficient b.")
@@ -81,13 +96,30 @@ class FittedGaussian(LinearLogitCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GaussianCalibration(LinearCalibratorEstimator):
+class GaussianCalibration(LinearCalibratorEstimator[FittedGaussian]):
     """Gaussian calibration estimator: ``l2`` (on :math:`a, b`), ``method``
     (``"discriminative"`` or ``"generative"``), ``max_iter`` and ``tol`` as in
-    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
+    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`. ``fit`` returns a
+    :class:`FittedGaussian`.
+
+    Raises:
+        ValueError: an invalid hyperparameter (e.g. an unknown ``method``), when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> labels = rng.integers(0, 2, 500)
+        >>> scores = np.where(labels == 1, rng.normal(1.0, 0.7, 500), rng.normal(0.0, 1.2, 500))
+        >>> gen = jaxcal.GaussianCalibration(method="generative").fit(scores, labels)
+        >>> gen.method
+        'generative'
+        >>> jaxcal.GaussianCalibration(method="bayes")
+        Traceback (most recent call last):
+        ...
+        ValueError: method must be one of ('discriminative', 'generative'); got 'bayes'.
     """
 
-    fitted_class: ClassVar[type] = FittedGaussian
+    fitted_class: ClassVar[type[FittedGaussian]] = FittedGaussian
     methods: ClassVar[tuple[str, ...]] = ("discriminative", "generative")
 
     @property

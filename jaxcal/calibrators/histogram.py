@@ -47,7 +47,8 @@ from jaxcal._fitdata import FitData, PureFitData, maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._scan import presort, searchsorted
-from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal._validation import check_int
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator, check_choice
 from jaxcal.calibrators._scaling import (
     ORDER,
     ScoreScaling,
@@ -74,7 +75,16 @@ def histogram_edges(
     ``n``: the number of real scores (traced, default all); the scores after them are
     padding, which must not lie below any real score (copies of the largest one), so that
     the edges are those of the first ``n`` scores. ``presorted``: the scores are sorted
-    (the quantile edges then need no sort in the program)."""
+    (the quantile edges then need no sort in the program).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators.histogram import histogram_edges
+        >>> histogram_edges(jnp.array([0.0, 1.0, 2.0, 4.0]), 2, "uniform")
+        Array([2.], dtype=float32)
+        >>> histogram_edges(jnp.array([0.0, 1.0, 2.0, 4.0]), 2, "quantile")
+        Array([2.], dtype=float32)
+    """
     n = scores.shape[0] if n is None else n
     if strategy == "uniform":
         lo, hi = jnp.min(scores), jnp.max(scores)
@@ -85,7 +95,15 @@ def histogram_edges(
 
 
 def fill_empty_bins(value: jax.Array, filled: jax.Array) -> jax.Array:
-    """Replace entries where ``filled`` is False by the nearest filled entry (left on ties)."""
+    """Replace entries where ``filled`` is False by the nearest filled entry (left on ties).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators.histogram import fill_empty_bins
+        >>> value = jnp.array([0.1, 0.0, 0.0, 0.0, 0.9])
+        >>> fill_empty_bins(value, jnp.array([True, False, False, False, True]))
+        Array([0.1, 0.1, 0.1, 0.9, 0.9], dtype=float32)
+    """
     idx = jnp.arange(value.shape[0])
     left = jax.lax.cummax(jnp.where(filled, idx, -1))
     right = jax.lax.cummin(jnp.where(filled, idx, value.shape[0]), reverse=True)
@@ -99,7 +117,15 @@ def padded_steps(edges: ArrayLike, values: ArrayLike) -> tuple[np.ndarray, np.nd
     """Host copies of a step map's table (``[K]`` sorted edges, ``[K + 1]`` values) padded to
     the bucket size of ``K`` (``jaxcal._shapes``): edges with ``+inf`` (never at or below a
     finite score), values with the last value. A predict program then compiles once per
-    bucket of table sizes."""
+    bucket of table sizes.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.calibrators.histogram import padded_steps
+        >>> e, v = padded_steps(np.array([0.5]), np.array([0.2, 0.8]))
+        >>> bool(np.all(e[1:] == np.inf)), float(v[-1])
+        (True, 0.8)
+    """
     e, v = np.asarray(edges), np.asarray(values)
     size = _shapes.padded_size(e.shape[0])
     return _shapes.pad_axis(e, size, np.inf), _shapes.pad_axis(v, size + 1, v[-1])
@@ -114,7 +140,14 @@ def step_map(scores: ArrayLike, edges: jax.Array, values: jax.Array) -> jax.Arra
     """The right-continuous step map ``values[#(edges <= s)]`` at validated ``scores`` (any
     shape): one jitted program on scores and table padded to their bucket sizes; traced
     inputs (inside a caller's ``jit``) go straight through, and a non-finite traced score
-    gives NaN (it cannot raise there)."""
+    gives NaN (it cannot raise there).
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from jaxcal.calibrators.histogram import step_map
+        >>> step_map(np.array([0.1, 0.5, 0.9]), jnp.array([0.5]), jnp.array([0.2, 0.8]))
+        Array([0.2, 0.8, 0.8], dtype=float32)
+    """
     s = maybe_check_scores(scores)
     if _shapes.is_traced(s, edges, values):
         s = jnp.asarray(s)
@@ -148,6 +181,15 @@ class FittedHistogram(FittedCalibrator):
         values: ``[B]`` probability of each bin (empty bins filled, see module docstring).
         bin_weight: ``[B]`` total training weight per bin (0 marks a filled empty bin).
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
+
+    Every float leaf has the dtype of the training scores.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([0.1, 0.2, 0.6, 0.9]), np.array([0, 1, 1, 1])
+        >>> fitted = jaxcal.HistogramBinning(n_bins=2, strategy="uniform").fit(s, y)
+        >>> fitted.values, fitted.bin_weight
+        (Array([0.5, 1. ], dtype=float32), Array([2., 2.], dtype=float32))
     """
 
     edges: jax.Array
@@ -161,33 +203,50 @@ class FittedHistogram(FittedCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HistogramBinning(Calibrator):
-    """Histogram binning estimator.
+class HistogramBinning(Calibrator[FittedHistogram]):
+    """Histogram binning estimator; ``fit`` returns a :class:`FittedHistogram`.
 
     Args:
         n_bins: number of bins ``B >= 1``.
         strategy: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass).
+
+    Raises:
+        ValueError: ``n_bins`` not an integer >= 1, or an unknown ``strategy``, when it is
+            made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> p = rng.uniform(size=2000)
+        >>> y = (rng.uniform(size=2000) < p).astype(int)
+        >>> cal = jaxcal.HistogramBinning(n_bins=10).fit(p, y)
+        >>> cal.values.shape
+        (10,)
+        >>> jaxcal.HistogramBinning(n_bins=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_bins must be an integer >= 1; got 0.
     """
 
     n_bins: int = 15
     strategy: str = "quantile"
 
-    def _check_hyperparameters(self) -> None:
-        if not isinstance(self.n_bins, int | np.integer) or self.n_bins < 1:
-            raise ValueError(f"n_bins must be a positive integer; got {self.n_bins!r}.")
-        if self.strategy not in _STRATEGIES:
-            raise ValueError(f"strategy must be one of {_STRATEGIES}; got {self.strategy!r}.")
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
-    def _fit(self, d: FitData) -> FittedHistogram:
-        """Fit on one problem (validated eagerly, jitted core)."""
+    def _check_hyperparameters(self) -> None:
+        check_int(self.n_bins, "n_bins", minimum=1)
+        check_choice(self.strategy, "strategy", _STRATEGIES)
+
+    def _fit_in(self, d: FitData, dtype: np.dtype) -> FittedHistogram:
+        """Fit on one problem (validated eagerly, jitted core), in ``dtype``."""
         n = d.scores.shape[0]
         scaling, s = fit_scaling(
-            d.scores, d.weights, shift=True, kind=ORDER, what="HistogramBinning"
+            d.scores, d.weights, shift=True, kind=ORDER, what="HistogramBinning", dtype=dtype
         )
         # the quantile edges need sorted scores; the bin sums do not depend on the order
         presorted, s, t, w = presort(s, d.targets, d.weights, when=self.strategy == "quantile")
         padded = _shapes.pad_rows(_shapes.padded_size(n), s, t, w, fills=(s.max(), 0, 0))
-        dtype = jnp.result_type(float)
         edges, values, W = _fit_histogram(
             *(np.asarray(a, dtype) for a in padded),  # copied in by the call
             n,

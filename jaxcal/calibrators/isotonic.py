@@ -66,8 +66,7 @@ knot down to the training minimum and from the last block's knot up to the train
 ends and never ties two distinct scores there; at the training points it is no longer the
 least-squares fit. Knot values are then clipped to the probability range (``trim``,
 ``y_min``, ``y_max``); scores outside the training range follow ``out_of_bounds`` (the
-package refuses them; ``"clip"`` gives its constant extension). The former name
-``rank_preserving`` is a deprecated alias of ``centered``.
+package refuses them; ``"clip"`` gives its constant extension).
 
 On tracers ``IsotonicCalibration.fit`` is the pure fit (``jaxcal.calibrators._base``):
 knots ``[n]`` (``[2 n + 2]`` centred) padded by repeating the last one, differentiable in
@@ -107,10 +106,15 @@ from jaxcal._validation import check_sample_weight, check_scores
 from jaxcal._weights import normalize_weights, normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, identity_scaling
+from jaxcal.calibrators._scaling import (
+    ORDER,
+    ScoreScaling,
+    fit_scaling,
+    identity_scaling,
+    working_dtype,
+)
 from jaxcal.fitting.isotonic import (
     check_centered,
-    deprecated_centered_alias,
     is_float32,
     isotonic_knots,
     isotonic_knots_pure,
@@ -155,6 +159,16 @@ class FittedIsotonic(FittedCalibrator):
         sign: ``None``, or with ``increasing="auto"`` a scalar: +1 where the map is
             non-decreasing, -1 where it is non-increasing (the sign of the weighted
             Spearman correlation, computed in the program).
+
+    The float leaves have the dtype of the scores the map was fitted on (float32 scores:
+    float32, also with x64 enabled).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s = np.array([0.1, 0.4, 0.35, 0.8], np.float32); y = np.array([0, 0, 1, 1])
+        >>> fitted = jaxcal.IsotonicCalibration().fit(s, y)
+        >>> fitted.knots_x.tolist(), fitted.knots_y.tolist(), fitted.knots_y.dtype
+        ([0.1..., 0.35, 0.4..., 0.8...], [0.0, 0.5, 0.5, 1.0], dtype('float32'))
     """
 
     knots_x: jax.Array
@@ -177,6 +191,13 @@ class FittedIsotonic(FittedCalibrator):
         Raises:
             ValueError: on non-finite scores, or scores outside the training range with
                 ``out_of_bounds="raise"``.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.4, 0.35, 0.8]); y = np.array([0, 0, 1, 1])
+            >>> fitted = jaxcal.IsotonicCalibration(out_of_bounds="nan").fit(s, y)
+            >>> fitted.predict(np.array([0.0, 0.6, 1.0])).tolist()
+            [nan, 0.75, nan]
         """
         u, increasing = self.scaling.apply(scores), self.increasing
         if self.sign is not None:  # the knots lie in u = sign * s'
@@ -196,7 +217,14 @@ class FittedIsotonic(FittedCalibrator):
 
     @property
     def n_distinct_values(self) -> int:
-        """Number of distinct fitted levels (the step function's number of blocks)."""
+        """Number of distinct fitted levels (the step function's number of blocks).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.4, 0.35, 0.8]); y = np.array([0, 0, 1, 1])
+            >>> jaxcal.IsotonicCalibration().fit(s, y).n_distinct_values
+            3
+        """
         return int(np.unique(np.asarray(self.knots_y)).size)
 
 
@@ -231,6 +259,11 @@ def check_increasing(x: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None
 
     Raises:
         ValueError: on non-finite, empty or mismatched inputs, or bad weights.
+
+    Example:
+        >>> from jaxcal.calibrators.isotonic import check_increasing
+        >>> check_increasing([1.0, 2.0, 3.0, 4.0], [0.1, 0.2, 0.3, 0.9])
+        True
     """
     xv = check_scores(x, name="x")
     yv = check_scores(y, name="y")
@@ -327,18 +360,28 @@ def isotonic_map(
     lo: float = -np.inf,
     hi: float = np.inf,
     what: str = "IsotonicCalibration",
+    dtype=None,
 ) -> FittedIsotonic:
     """The fitted isotonic map of real-valued ``targets`` (validated float64 host arrays),
     knots clipped to ``[lo, hi]``: ``IsotonicCalibration.fit`` after its input checks and
     loss weighting (which then clips to probabilities). ``increasing="auto"`` is resolved
-    here (:func:`check_increasing`). The scores are first transformed exactly into what the
-    working precision holds (``jaxcal.calibrators._scaling``)."""
-    scaling, scores = fit_scaling(scores, weights, shift=True, kind=ORDER, what=what)
+    here (:func:`check_increasing`). The scores are first transformed exactly into what
+    ``dtype`` holds (default: JAX's default float; ``jaxcal.calibrators._scaling``), the
+    dtype of the fitted leaves.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.calibrators.isotonic import isotonic_map
+        >>> s, t = np.array([0.1, 0.4, 0.35, 0.8]), np.array([0.0, 0.0, 1.0, 1.0])
+        >>> isotonic_map(s, t, np.ones(4), interpolation="step").predict(s).tolist()
+        [0.0, 0.5, 0.5, 1.0]
+    """
+    scaling, scores = fit_scaling(scores, weights, shift=True, kind=ORDER, what=what, dtype=dtype)
     if isinstance(increasing, str):
         increasing = check_increasing(scores, targets, weights)
     u, v = isotonic_knots(scores, targets, weights, increasing=bool(increasing), centred=centered)
     v = np.clip(v, lo, hi)
-    dtype = jnp.result_type(float)
+    dtype = working_dtype() if dtype is None else dtype
     return FittedIsotonic(
         knots_x=jax.device_put(np.asarray(u, dtype)),
         knots_y=jax.device_put(np.asarray(v, dtype)),
@@ -350,8 +393,9 @@ def isotonic_map(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class IsotonicCalibration(Calibrator):
-    """Isotonic-regression calibration (Zadrozny & Elkan 2002), exact weighted PAV in JAX.
+class IsotonicCalibration(Calibrator[FittedIsotonic]):
+    """Isotonic-regression calibration (Zadrozny & Elkan 2002), exact weighted PAV in JAX;
+    ``fit`` returns a :class:`FittedIsotonic`.
 
     Args:
         increasing: map non-decreasing (True) or non-increasing (False) in the score, or
@@ -364,7 +408,6 @@ class IsotonicCalibration(Calibrator):
             interpolated, so the map is strictly increasing between its flat ends and no
             two distinct scores there are tied. Its training-point fit is no longer the
             least-squares optimum. Needs ``interpolation="linear"``.
-        rank_preserving: deprecated alias of ``centered`` (``DeprecationWarning``).
         trim: clip probabilities to ``[trim, 1 - trim]`` (0 = only to [0, 1]); Borisov et
             al. (2018) use 0.01 so that log-likelihoods stay finite.
         out_of_bounds: what ``predict`` does with scores outside the training range (of the
@@ -376,11 +419,19 @@ class IsotonicCalibration(Calibrator):
         y_max: optional upper bound of the probabilities (with ``1 - trim`` and 1, the
             smallest applies).
 
+    Raises:
+        ValueError: an invalid hyperparameter, or bounds that leave no probability, when
+            the calibrator is made.
+
     Example:
         >>> import jaxcal, numpy as np
         >>> s = np.array([0.1, 0.4, 0.35, 0.8]); y = np.array([0, 0, 1, 1])
         >>> jaxcal.IsotonicCalibration(interpolation="step").fit(s, y).predict(s)
         Array([0. , 0.5, 0.5, 1. ], dtype=float32)
+        >>> jaxcal.IsotonicCalibration(trim=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: trim must lie in [0, 0.5); got 0.5.
     """
 
     increasing: bool | str = True
@@ -390,12 +441,11 @@ class IsotonicCalibration(Calibrator):
     out_of_bounds: str = "clip"
     y_min: float | None = None
     y_max: float | None = None
-    rank_preserving: dataclasses.InitVar[bool | None] = None
     # the fit from counts by distinct score, for data that streams or spans processes
     fit_counts = lazy_method("jaxcal.calibrators.isotonic_counts", "fit_counts")
 
-    def __post_init__(self, rank_preserving: bool | None) -> None:
-        deprecated_centered_alias(self, rank_preserving)
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
     def _bounds(self) -> tuple[float, float]:
         """The probability range ``[lo, hi]`` of the knots (checked non-empty)."""
@@ -416,7 +466,10 @@ class IsotonicCalibration(Calibrator):
             raise ValueError(
                 f"interpolation must be one of {_INTERPOLATIONS}; got {self.interpolation!r}."
             )
-        if not (np.isfinite(self.trim) and 0.0 <= self.trim < 0.5):
+        trim = self.trim
+        if not (isinstance(trim, int | float | np.number) and not isinstance(trim, bool)):
+            trim = np.nan
+        if not (np.isfinite(trim) and 0.0 <= trim < 0.5):
             raise ValueError(f"trim must lie in [0, 0.5); got {self.trim!r}.")
         check_centered(self.centered)
         if self.centered and self.interpolation == "step":
@@ -435,6 +488,7 @@ class IsotonicCalibration(Calibrator):
                 raise ValueError(f"{name} must be a finite number or None; got {v!r}.")
         if self.y_min is not None and self.y_max is not None and self.y_min > self.y_max:
             raise ValueError(f"y_min must be <= y_max; got {self.y_min!r} > {self.y_max!r}.")
+        self._bounds()
 
     def _fit_pure(self, d: PureFitData) -> FittedIsotonic:
         """The pure fit (``jaxcal.calibrators._base``): the merge tree with its derivatives
@@ -463,9 +517,9 @@ class IsotonicCalibration(Calibrator):
             sign=sign,
         )
 
-    def _fit(self, d: FitData) -> FittedIsotonic:
+    def _fit_in(self, d: FitData, dtype: np.dtype) -> FittedIsotonic:
         """PAV of the loss-weighting targets ``t`` with weights ``w`` (only their ratios
-        matter), jitted; the map's knots."""
+        matter), jitted; the map's knots, in ``dtype`` (the scores')."""
         lo, hi = self._bounds()
         return isotonic_map(
             d.scores,
@@ -477,4 +531,5 @@ class IsotonicCalibration(Calibrator):
             out_of_bounds=self.out_of_bounds,
             lo=lo,
             hi=hi,
+            dtype=dtype,
         )

@@ -71,6 +71,16 @@ class FittedIsotonicCounts(FittedIsotonic):
             points, between this fit and the exact isotonic fit of the raw data, and on its
             excess weighted mean squared error (:mod:`jaxcal.fitting.score_counts`); 0 for
             exact counts.
+
+    The float leaves have the dtype of JAX's default float (the counts hold float64 sums).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.fitting.score_counts import score_counts
+        >>> s = np.array([0.1, 0.4, 0.35, 0.8]); y = np.array([0, 0, 1, 1])
+        >>> fitted = jaxcal.IsotonicCalibration().fit_counts(score_counts(s, y))
+        >>> type(fitted).__name__, fitted.quantization_bound
+        ('FittedIsotonicCounts', 0.0)
     """
 
     quantization_bound: float = 0.0
@@ -129,6 +139,14 @@ def fit_counts(calibrator: IsotonicCalibration, counts: ScoreCounts) -> FittedIs
             of zero weight, a single class (all labels 0 or all 1 where the weight is
             positive), ``centered=True`` with quantised counts, or ``increasing="auto"``
             with IPS targets.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.calibrators.isotonic_counts import fit_counts
+        >>> from jaxcal.fitting.score_counts import score_counts
+        >>> s = np.array([0.1, 0.4, 0.35, 0.8]); y = np.array([0, 0, 1, 1])
+        >>> fit_counts(jaxcal.IsotonicCalibration(), score_counts(s, y)).predict(s)
+        Array([0. , 0.5, 0.5, 1. ], dtype=float32)
     """
     calibrator._check_hyperparameters()
     counts = check_counts(counts, what="IsotonicCalibration.fit_counts")

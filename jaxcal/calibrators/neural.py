@@ -15,7 +15,7 @@ fields :math:`x = (x_1, \dots, x_F)` is
   values are the image of unconstrained parameters under numpyro's
   ``biject_to(constraints.ordered_vector)``, :math:`b_{k+1} = b_k + e^{u_{k+1}}`).
 * :math:`g` is a small network over the concatenated field embeddings :math:`e(x)` (one
-  table per field, ``embedding_dim`` columns): :math:`g(x) = v^\top e(x) +
+  table per field, ``rank`` columns): :math:`g(x) = v^\top e(x) +
   \mathrm{MLP}(e(x))`, ReLU hidden layers of widths ``hidden`` and a scalar output without
   bias (the intercept lives in :math:`\eta`). The linear skip term :math:`v^\top e(x)`
   carries additive per-field offsets even where every ReLU unit is inactive for a field
@@ -25,7 +25,8 @@ fields :math:`x = (x_1, \dots, x_F)` is
 The loss is the weighted log-loss of ``jaxcal.losses`` (so ``propensity=`` / ``loss=``
 work as for every calibrator) plus the isotonic penalty and ``l2 / 2`` times the squared
 norm of the field network's parameters, minimised by Adam with a cosine-decayed learning
-rate, full batch or minibatch, in one ``lax.scan``.
+rate, full batch or minibatch, in one ``lax.scan``. The initialisation (and the minibatches)
+draw from the JAX key that ``fit`` requires (``key=jax.random.key(0)``).
 
 **Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``, or with a
 traced ``key``), ``fit`` is :meth:`NeuralCalibration.fit_pure`: the knots, the
@@ -37,13 +38,14 @@ training logits. Invalid data gives NaN, and so does a traced ``predict`` of a n
 score.
 
 Example:
-    >>> import jaxcal, numpy as np
+    >>> import jax, jaxcal, numpy as np
     >>> rng = np.random.default_rng(0)
     >>> fields = rng.integers(0, 3, size=(2000, 2))
     >>> logits = rng.normal(size=2000)
     >>> labels = rng.uniform(size=2000) < 1 / (1 + np.exp(-(logits + fields[:, 0] - 1)))
-    >>> cal = jaxcal.NeuralCalibration(n_steps=300).fit(logits, labels, fields)
-    >>> probs = cal.predict(logits, fields)
+    >>> cal = jaxcal.NeuralCalibration(n_steps=300)
+    >>> fitted = cal.fit(logits, labels, fields, key=jax.random.key(0))
+    >>> probs = fitted.predict(logits, fields)
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._fitdata import poison, prepare_fit, prepare_fit_pure
 from jaxcal._jit import jit
-from jaxcal._validation import check_1d, check_scores
+from jaxcal._validation import check_1d, check_int, check_key, check_real, check_scores
+from jaxcal.calibrators._base import check_choice
 from jaxcal.calibrators._neural_core import (
     MONOTONE,
     SCORE_TYPES,
@@ -80,7 +83,7 @@ from jaxcal.calibrators._neural_fields import (
     table_offsets,
 )
 from jaxcal.calibrators._neural_fitted import FittedNeuralCalibration
-from jaxcal.calibrators._scaling import fit_scaling, pure_identity_scaling
+from jaxcal.calibrators._scaling import fit_dtype, fit_scaling, pure_identity_scaling
 from jaxcal.metrics._keys import key_parts
 
 __all__ = [
@@ -92,23 +95,10 @@ __all__ = [
 ]
 
 
-def _positive_int(value, name, *, allow_none=False, minimum=1):
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
-
-
-def _non_negative(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name} must be a non-negative number; got {value!r}.")
-    if not np.isfinite(value):
-        raise ValueError(f"{name} must be finite; got {value!r}.")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NeuralCalibration:
-    r"""Field-aware neural calibration estimator (Pan et al., WWW 2020).
+    r"""Field-aware neural calibration estimator (Pan et al., WWW 2020); ``fit`` returns a
+    :class:`FittedNeuralCalibration`.
 
     Args:
         n_knots: number of knots :math:`K + 1` of :math:`\eta` (>= 2; placed at equally
@@ -117,22 +107,39 @@ class NeuralCalibration:
             increasing :math:`b` by construction).
         isotonic_penalty: :math:`\lambda \ge 0` of :math:`\lambda\sum_k (b_k - b_{k+1})_+`
             (used with ``monotone="penalty"``).
-        embedding_dim: columns of every field embedding table.
+        rank: columns of every field embedding table.
         hidden: widths of the ReLU hidden layers of :math:`g` (``()``: linear in the
             embeddings).
         l2: L2 penalty on the field network (embeddings and MLP).
         learning_rate: peak Adam learning rate (cosine decay over ``n_steps``).
-        n_steps: optimisation steps.
+        n_steps: optimisation steps (a fixed number: no stopping rule).
         batch_size: minibatch size (sampled with replacement each step) or ``None`` for
             full-batch steps.
         score_type: ``"logit"`` (scores are uncalibrated logits, the paper's :math:`l`) or
             ``"probability"`` (mapped to logits).
+
+    Raises:
+        ValueError: an invalid hyperparameter, when the estimator is made.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> logits, fields = rng.normal(size=500), rng.integers(0, 4, size=(500, 1))
+        >>> labels = rng.uniform(size=500) < 1 / (1 + np.exp(-logits - (fields[:, 0] == 3)))
+        >>> cal = jaxcal.NeuralCalibration(n_knots=5, rank=2, hidden=(), n_steps=200)
+        >>> fitted = cal.fit(logits, labels, fields, key=jax.random.key(0))
+        >>> fitted.embeddings.shape, fitted.predict(logits[:3], fields[:3]).shape
+        ((4, 2), (3,))
+        >>> jaxcal.NeuralCalibration(learning_rate=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: learning_rate must be a finite number and > 0; got 0.0.
     """
 
     n_knots: int = 20
     monotone: str = "penalty"
     isotonic_penalty: float = 1.0
-    embedding_dim: int = 4
+    rank: int = 4
     hidden: tuple[int, ...] = (16,)
     l2: float = 1e-4
     learning_rate: float = 0.05
@@ -140,35 +147,43 @@ class NeuralCalibration:
     batch_size: int | None = None
     score_type: str = "logit"
 
-    def _validate(self) -> None:
-        _positive_int(self.n_knots, "n_knots", minimum=2)
-        if self.monotone not in MONOTONE:
-            raise ValueError(f"monotone must be one of {MONOTONE}; got {self.monotone!r}.")
-        if self.score_type not in SCORE_TYPES:
-            raise ValueError(f"score_type must be one of {SCORE_TYPES}; got {self.score_type!r}.")
-        _non_negative(self.isotonic_penalty, "isotonic_penalty")
-        _non_negative(self.l2, "l2")
-        _positive_int(self.embedding_dim, "embedding_dim")
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
+
+    def _check_hyperparameters(self) -> None:
+        check_int(self.n_knots, "n_knots", minimum=2)
+        check_choice(self.monotone, "monotone", MONOTONE)
+        check_choice(self.score_type, "score_type", SCORE_TYPES)
+        check_real(self.isotonic_penalty, "isotonic_penalty", minimum=0.0)
+        check_real(self.l2, "l2", minimum=0.0)
+        check_int(self.rank, "rank")
         if not isinstance(self.hidden, tuple):
             raise ValueError(f"hidden must be a tuple of layer widths; got {self.hidden!r}.")
         for h in self.hidden:
-            _positive_int(h, "hidden layer width")
-        _positive_int(self.n_steps, "n_steps")
-        _positive_int(self.batch_size, "batch_size", allow_none=True)
-        _non_negative(self.learning_rate, "learning_rate")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0; got {self.learning_rate!r}.")
+            check_int(h, "hidden layer width")
+        check_int(self.n_steps, "n_steps")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size")
+        check_real(self.learning_rate, "learning_rate", minimum=0.0, strict=True)
 
     def init_params(self, knots: np.ndarray, cardinalities: tuple[int, ...], *, key: jax.Array):
         """Initial parameters: identity :math:`\\eta` (``b = knots``), small embeddings,
-        zero output layer (so :math:`g \\equiv 0` at the start)."""
+        zero output layer (so :math:`g \\equiv 0` at the start).
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> cal = jaxcal.NeuralCalibration(rank=2, hidden=(3,))
+            >>> params = cal.init_params(np.array([-1.0, 0.0, 1.0]), (4, 2), key=jax.random.key(0))
+            >>> params["emb"].shape, [w.shape for w in params["weights"]]
+            ((6, 2), [(4, 3), (3, 1)])
+        """
         return init_params(
             jnp.asarray(knots),
-            key,
+            check_key(key),
             monotone=self.monotone,
             n_rows=int(sum(cardinalities)),
             n_fields=len(cardinalities),
-            embedding_dim=self.embedding_dim,
+            rank=self.rank,
             hidden=self.hidden,
         )
 
@@ -187,7 +202,7 @@ class NeuralCalibration:
             "batch_size": None if self.batch_size is None else int(self.batch_size),
             "use_fields": use_fields,
             "n_rows": _shapes.padded_size(n_rows) if n_rows else 0,
-            "embedding_dim": int(self.embedding_dim),
+            "rank": int(self.rank),
             "hidden": tuple(int(h) for h in self.hidden),
         }
 
@@ -197,11 +212,11 @@ class NeuralCalibration:
         labels: ArrayLike,
         fields: ArrayLike | None = None,
         *,
+        key: jax.Array,
         sample_weight: ArrayLike | None = None,
         propensity: ArrayLike | None = None,
         loss: str = "naive",
         cardinalities: tuple[int, ...] | None = None,
-        key: jax.Array | None = None,
     ) -> FittedNeuralCalibration:
         """Fit :math:`q(l, x) = \\sigma(\\eta(l) + g(x))` on a calibration set.
 
@@ -210,21 +225,28 @@ class NeuralCalibration:
             labels: ``[n]`` 0/1 labels.
             fields: ``[n, F]`` (or ``[n]`` for one field) non-negative integer field ids,
                 or ``None`` to fit :math:`\\eta` alone.
+            key: a JAX PRNG key (``jax.random.key(0)``; required): the initialisation of
+                the field network and the minibatches.
             sample_weight, propensity, loss: the loss weighting (``jaxcal.losses``).
             cardinalities: per-field number of values (default: max id + 1 per column).
                 Give it when later data may hold values absent from the calibration set.
-            key: ``jax.random`` key for the initialisation and minibatches (default
-                ``jax.random.key(0)``).
 
         Returns:
-            A :class:`FittedNeuralCalibration`.
+            A :class:`FittedNeuralCalibration`, its float leaves in the dtype of ``scores``.
 
         Raises:
-            ValueError: invalid hyperparameters or data (NaN scores, labels not 0/1, one
-                class, length mismatch, negative weights, non-integer or negative field ids,
-                constant scores, cardinalities too small). On traced inputs (inside
-                ``jit``, ``vmap``, ``grad``, or a traced ``key``) ``fit`` is
+            ValueError: a ``key`` that is not a JAX PRNG key, or invalid data (NaN scores,
+                labels not 0/1, one class, length mismatch, negative weights, non-integer or
+                negative field ids, constant scores, cardinalities too small). On traced
+                inputs (inside ``jit``, ``vmap``, ``grad``, or a traced ``key``) ``fit`` is
                 :meth:`fit_pure`, where invalid data gives NaN instead.
+
+        Example:
+            >>> import jax, jaxcal, numpy as np
+            >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> cal.fit(s, y, key=jax.random.key(0)).knots.shape
+            (3,)
         """
         if _shapes.is_traced(scores, labels, fields, sample_weight, propensity, key):
             return self.fit_pure(
@@ -237,18 +259,24 @@ class NeuralCalibration:
                 cardinalities=cardinalities,
                 key=key,
             )
-        self._validate()
+        key = check_key(key)
         s = check_scores(scores)
         if self.score_type == "probability" and ((s < 0) | (s > 1)).any():
             raise ValueError('scores must lie in [0, 1] for score_type="probability".')
+        dtype = fit_dtype(scores)
         data = prepare_fit(s, labels, sample_weight=sample_weight, propensity=propensity, loss=loss)
         n = s.shape[0]
-        dtype = jnp.result_type(float)
         # logits the working precision cannot hold are rescaled by an exact power of two (the
         # map is piecewise linear in the logit; probabilities are not rescaled)
         scalable = self.score_type == "logit"
         scaling, s = fit_scaling(
-            s, data.weights, shift=False, scale=scalable, need_spread=True, what="NeuralCalibration"
+            s,
+            data.weights,
+            shift=False,
+            scale=scalable,
+            need_spread=True,
+            what="NeuralCalibration",
+            dtype=dtype,
         )
         logits = to_logit_host(s, self.score_type, dtype)
         keep = data.weights > 0
@@ -290,11 +318,11 @@ class NeuralCalibration:
         labels: ArrayLike,
         fields: ArrayLike | None = None,
         *,
+        key: jax.Array,
         sample_weight: ArrayLike | None = None,
         propensity: ArrayLike | None = None,
         loss: str = "naive",
         cardinalities: tuple[int, ...] | None = None,
-        key: jax.Array | None = None,
     ) -> FittedNeuralCalibration:
         """The pure fit: the calibrator of :meth:`fit`, computed in JAX alone.
 
@@ -311,17 +339,25 @@ class NeuralCalibration:
         cardinalities) give a calibrator of NaN.
 
         Args:
-            scores, labels, fields, sample_weight, propensity, loss, key: as in :meth:`fit`.
+            scores, labels, fields, key, sample_weight, propensity, loss: as in :meth:`fit`.
             cardinalities: as in :meth:`fit`; needed when ``fields`` are traced.
 
         Returns:
             A :class:`FittedNeuralCalibration`.
 
         Raises:
-            ValueError: invalid hyperparameters or shapes, traced fields without
-                ``cardinalities``.
+            ValueError: a ``key`` that is not a JAX PRNG key, invalid shapes, traced fields
+                without ``cardinalities``.
+
+        Example:
+            >>> import jax, jaxcal, jax.numpy as jnp
+            >>> s, y = jnp.array([-1.0, -0.2, 0.3, 1.5]), jnp.array([0, 1, 0, 1])
+            >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=20)
+            >>> fit = jax.jit(lambda s, y, key: cal.fit_pure(s, y, key=key).predict(s))
+            >>> fit(s, y, jax.random.key(0)).shape
+            (4,)
         """
-        self._validate()
+        key = check_key(key)
         data = prepare_fit_pure(
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
@@ -360,9 +396,9 @@ class NeuralCalibration:
 
     def _train(self, logits, fields, targets, weights, n, knots, k, cards, key, *, rates, **extra):
         """The training program (``_neural_core.train``) on rows padded past the ``n`` real
-        ones and knots past the ``k`` real ones, ``key`` None meaning ``jax.random.key(0)``:
+        ones and knots past the ``k`` real ones, with the checked ``key``:
         ``(params, values)``."""
-        key, key_impl = key_parts(jax.random.key(0) if key is None else key)
+        key, key_impl = key_parts(key)
         params, values, _ = train(
             logits,
             fields,
@@ -404,7 +440,22 @@ def objective(
     isotonic_penalty: float = 0.0,
     l2: float = 0.0,
 ) -> jax.Array:
-    """The training objective at a fitted calibrator (for diagnostics and tests)."""
+    """The training objective at a fitted calibrator (for diagnostics and tests): the
+    weighted mean log loss, plus ``isotonic_penalty`` times the drops of :math:`\\eta`'s
+    knot values, plus ``l2 / 2`` times the squared norm of the field network, in the
+    fitted calibrator's dtype.
+
+    Example:
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.calibrators.neural import objective
+        >>> s, y = np.array([-1.0, -0.2, 0.3, 1.5]), np.array([0, 1, 0, 1])
+        >>> cal = jaxcal.NeuralCalibration(n_knots=3, n_steps=50)
+        >>> fitted = cal.fit(s, y, key=jax.random.key(0))
+        >>> p = np.asarray(fitted.predict(s), np.float64)
+        >>> log_loss = -np.mean(y * np.log(p) + (1 - y) * np.log1p(-p))
+        >>> bool(np.isclose(objective(fitted, s, y), log_loss))
+        True
+    """
     s = check_1d(scores, "scores")
     data = prepare_fit(s, labels, sample_weight=sample_weight)
     s = np.asarray(fitted.scaling.apply(s), np.float64)
@@ -414,12 +465,12 @@ def objective(
     x = None if fields is None else _shapes.pad_axis(check_fields(fields, n, None), size)
     knots, values, (emb, offsets, linear, weights, biases) = fitted._padded_parts()
     params = {"u": values, "emb": emb, "linear": linear, "weights": weights, "biases": biases}
-    dtype = jnp.result_type(float)
+    dtype = np.dtype(fitted.knots.dtype)
     return _objective_core(
         params,
-        rows[0],
+        *(np.asarray(a, dtype) for a in rows[:1]),
         x,
-        *rows[1:],
+        *(np.asarray(a, dtype) for a in rows[1:]),
         knots,
         offsets,
         np.asarray(isotonic_penalty, dtype),

@@ -38,7 +38,13 @@ __all__ = ["PlattScaling", "FittedPlatt", "PlattFamily"]
 
 @family_dataclass
 class PlattFamily(LinearLogitFamily):
-    r""":math:`z = a s + b`; :math:`\phi = [s, 1]`; constraint :math:`a \ge 0` (``u = a``)."""
+    r""":math:`z = a s + b`; :math:`\phi = [s, 1]`; constraint :math:`a \ge 0` (``u = a``).
+
+    Example:
+        >>> from jaxcal.calibrators.platt import PlattFamily
+        >>> PlattFamily().param_names
+        ('a', 'b')
+    """
 
     param_names: ClassVar[tuple[str, ...]] = ("a", "b")
     intercept_index: ClassVar[int | None] = 1
@@ -55,21 +61,49 @@ class PlattFamily(LinearLogitFamily):
 
 @pytree_dataclass
 class FittedPlatt(LinearLogitCalibrator):
-    """Fitted Platt scaling: ``predict(s) = sigmoid(a * s + b)``."""
+    """Fitted Platt scaling: ``predict(s) = sigmoid(a * s + b)``.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s, y = np.array([-1.0, -0.5, 0.2, 0.4, 1.0]), np.array([0, 1, 0, 1, 1])
+        >>> fitted = jaxcal.PlattScaling().fit(s, y)
+        >>> type(fitted).__name__, bool(fitted.a >= 0)
+        ('FittedPlatt', True)
+        >>> p = fitted.predict(s)
+        >>> bool(np.allclose(p, 1 / (1 + np.exp(-(fitted.a * s + fitted.b)))))
+        True
+    """
 
     a = coefficient(0, "Slope a >= 0.")
     b = coefficient(1, "Intercept b.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PlattScaling(LinearCalibratorEstimator):
+class PlattScaling(LinearCalibratorEstimator[FittedPlatt]):
     """Platt scaling estimator: ``l2`` (on :math:`a`), ``method``, ``max_iter`` and ``tol``
     as in :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`. ``method`` is
     only ``"discriminative"`` (for the generative equal-variance Gaussian fit use
-    ``GaussianCalibration`` / ``jaxcal.scoremodels``).
+    ``GaussianCalibration`` / ``jaxcal.scoremodels``). ``fit`` returns a
+    :class:`FittedPlatt`.
+
+    Raises:
+        ValueError: an invalid hyperparameter (e.g. ``l2 < 0``), when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> labels = rng.integers(0, 2, 500)
+        >>> scores = rng.normal(labels.astype(float), 1.0)
+        >>> fitted = jaxcal.PlattScaling(l2=0.1).fit(scores, labels)
+        >>> fitted.predict(np.array([-2.0, 0.5, 3.0])).shape
+        (3,)
+        >>> jaxcal.PlattScaling(l2=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: l2 must be a finite number and >= 0; got -1.0.
     """
 
-    fitted_class: ClassVar[type] = FittedPlatt
+    fitted_class: ClassVar[type[FittedPlatt]] = FittedPlatt
 
     @property
     def family(self) -> PlattFamily:

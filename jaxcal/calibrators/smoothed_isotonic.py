@@ -19,7 +19,7 @@ plateaus *between* buckets. Inside a PAV-pooled run of buckets the map is flat; 
 2017, as ``jaxcal.IsotonicCalibration(centered=True)``): one knot per level set of the
 bucket fit (ties pooled) at its weighted mean score, flat only from the first / last bucket
 centre to the first / last such knot and where the fitted value is exactly 0 or 1, strictly
-increasing in between. (``rank_preserving`` is its deprecated alias.)
+increasing in between.
 
 ``negative_downsampling_correction(p, rate)``: a model trained on data in which negatives
 were kept with probability ``rate`` predicts :math:`p` = odds-inflated probabilities; the
@@ -55,7 +55,7 @@ from jaxcal._jit import jit
 from jaxcal._native import pav_cpu_available
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._scan import presort, searchsorted
-from jaxcal._validation import check_probs
+from jaxcal._validation import check_int, check_probs
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
 from jaxcal.calibrators._knots import knot_map, traced_identity_scaling
@@ -65,7 +65,6 @@ from jaxcal.fitting.isotonic import (
     cir_knots,
     cir_knots_pure,
     compact,
-    deprecated_centered_alias,
     eager_kernel,
     pav_runs,
 )
@@ -169,6 +168,16 @@ class FittedSmoothedIsotonic(FittedCalibrator):
         knots_y: ``[K]`` non-decreasing probabilities at the knots.
         increasing: whether the map is non-decreasing in the score (else knots are in -s').
         scaling: the :class:`~jaxcal.calibrators._scaling.ScoreScaling` of the scores.
+
+    The float leaves have the dtype of the scores the map was fitted on (float32 scores:
+    float32, also with x64 enabled).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 1, 0, 0, 1, 1])
+        >>> fitted = jaxcal.SmoothedIsotonic(n_buckets=3).fit(s, y)
+        >>> fitted.knots_x.tolist(), fitted.knots_y.tolist()  # bucket means, PAV across them
+        ([0.15, 0.35, 0.55], [0.25, 0.25, 1.0])
     """
 
     knots_x: jax.Array
@@ -177,14 +186,23 @@ class FittedSmoothedIsotonic(FittedCalibrator):
     scaling: ScoreScaling = dataclasses.field(default_factory=identity_scaling)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Linear interpolation between knots; constant beyond the first / last knot."""
+        """Linear interpolation between knots; constant beyond the first / last knot.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 1, 0, 0, 1, 1])
+            >>> fitted = jaxcal.SmoothedIsotonic(n_buckets=3).fit(s, y)
+            >>> fitted.predict(np.array([0.0, 0.45, 0.9])).tolist()
+            [0.25, 0.625, 1.0]
+        """
         s = self.scaling.apply(scores)
         return knot_map(s, self.knots_x, self.knots_y, increasing=self.increasing)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SmoothedIsotonic(Calibrator):
-    """Smoothed isotonic regression (bucketed PAV + linear interpolation).
+class SmoothedIsotonic(Calibrator[FittedSmoothedIsotonic]):
+    """Smoothed isotonic regression (bucketed PAV + linear interpolation); ``fit`` returns
+    a :class:`FittedSmoothedIsotonic`.
 
     Args:
         n_buckets: number of equal-frequency score buckets (fewer if scores are tied).
@@ -192,25 +210,35 @@ class SmoothedIsotonic(Calibrator):
         centered: centred isotonic regression on the buckets (CIR; module docstring):
             one knot per level set of the bucket fit at its weighted mean score, so the map
             is strictly monotone between its flat ends.
-        rank_preserving: deprecated alias of ``centered`` (``DeprecationWarning``).
+
+    Raises:
+        ValueError: an invalid hyperparameter, when the calibrator is made.
 
     On tracers ``fit`` is the pure fit (``jaxcal.calibrators._base``): knots
     ``[n_buckets]`` (``[2 n_buckets + 2]`` centred) padded by repeating the last one,
     differentiable for fixed buckets (in the scores through the bucket means, in the
     labels, weights and propensities through the isotonic fit across buckets).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 1, 0, 0, 1, 1])
+        >>> jaxcal.SmoothedIsotonic(n_buckets=3, centered=True).fit(s, y).knots_x.tolist()
+        [0.15, 0.25, 0.55]
+        >>> jaxcal.SmoothedIsotonic(n_buckets=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_buckets must be an integer >= 1; got 0.
     """
 
     n_buckets: int = 100
     increasing: bool = True
     centered: bool = False
-    rank_preserving: dataclasses.InitVar[bool | None] = None
 
-    def __post_init__(self, rank_preserving: bool | None) -> None:
-        deprecated_centered_alias(self, rank_preserving)
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
     def _check_hyperparameters(self) -> None:
-        if not isinstance(self.n_buckets, int | np.integer) or self.n_buckets < 1:
-            raise ValueError(f"n_buckets must be a positive integer; got {self.n_buckets!r}.")
+        check_int(self.n_buckets, "n_buckets", minimum=1)
         if not isinstance(self.increasing, bool | np.bool_):
             raise ValueError(f"increasing must be True or False; got {self.increasing!r}.")
         check_centered(self.centered)
@@ -236,10 +264,11 @@ class SmoothedIsotonic(Calibrator):
             scaling=traced_identity_scaling(kx.dtype),
         )
 
-    def _fit(self, d: FitData) -> FittedSmoothedIsotonic:
-        """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted)."""
+    def _fit_in(self, d: FitData, dtype: np.dtype) -> FittedSmoothedIsotonic:
+        """Fit SIR on one problem (validated eagerly; bucketing and PAV jitted), in ``dtype``
+        (the scores')."""
         scaling, s = fit_scaling(
-            d.scores, d.weights, shift=True, kind=ORDER, what="SmoothedIsotonic"
+            d.scores, d.weights, shift=True, kind=ORDER, what="SmoothedIsotonic", dtype=dtype
         )
         u = s if self.increasing else -s
         n = u.shape[0]
@@ -249,7 +278,6 @@ class SmoothedIsotonic(Calibrator):
         # the bucket sums do not depend on the order
         presorted, u, t, w = presort(u, d.targets, w)
         padded = _shapes.pad_rows(_shapes.padded_size(n), u, t, w, fills=(u.max(), 0, 0))
-        dtype = jnp.result_type(float)
         out = _bucket_stats(
             *(np.asarray(a, dtype) for a in padded),  # copied in by the call
             n,

@@ -25,10 +25,12 @@ basis or on where the knots fall, penalises only departures from a line (so
 unpenalised spline), and, with the mean loss and the :math:`R^3` factor, makes
 :math:`\lambda` dimensionless: an affine change of the scores changes nothing.
 
-:math:`\lambda` is chosen from ``penalties`` by ``cv``-fold cross-validated weighted log
-loss (folds stratified by label, from ``random_state``); every (penalty, fold) problem is
-solved exactly in one batched, compiled Newton solve, then the model is refitted on all
-rows at the chosen :math:`\lambda`.
+:math:`\lambda` is chosen from ``penalties`` by ``n_folds``-fold cross-validated weighted
+log loss (deterministic folds, stratified by label, each label's rows dealt in a fixed
+scramble of their positions: :func:`jaxcal.fitting.folds.stratified_folds` without
+scores; folds balanced in score would share the training folds' label noise and pick too
+small a penalty); every (penalty, fold) problem is solved exactly in one batched, compiled
+Newton solve, then the model is refitted on all rows at the chosen :math:`\lambda`.
 
 ``monotone=True`` constrains the B-spline coefficients of :math:`f` to be non-decreasing
 (``jaxcal.calibrators._spline_basis``): then :math:`f` is non-decreasing everywhere. This is
@@ -67,8 +69,8 @@ from jax.typing import ArrayLike
 from jaxcal._fitdata import FitData, PureFitData, maybe_check_scores, poison
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._shapes import is_traced, map_padded, padded_size
-from jaxcal._validation import check_probs
-from jaxcal.calibrators._base import Calibrator, FittedCalibrator
+from jaxcal._validation import check_int, check_probs, check_real
+from jaxcal.calibrators._base import Calibrator, FittedCalibrator, check_choice
 from jaxcal.calibrators._linear import _logit_jit, _predict_jit  # call cal._logit_core
 from jaxcal.calibrators._scaling import (
     ScoreScaling,
@@ -82,6 +84,7 @@ from jaxcal.calibrators._spline_core import (
     fit_spline_cv_differentiable,
     fit_spline_cv_jit,
 )
+from jaxcal.fitting.folds import stratified_folds
 from jaxcal.fitting.solver import ConvergenceWarning
 
 __all__ = ["SplineCalibration", "FittedSpline", "DEFAULT_PENALTIES"]
@@ -121,6 +124,16 @@ class FittedSpline(FittedCalibrator):
         scaling: the exact transform of the scores (``jaxcal.calibrators._scaling``).
         on: ``"score"`` or ``"logit"`` (static).
         monotone: whether the fit was constrained (static).
+
+    The float leaves have the dtype of the scores the map was fitted on (float32 scores:
+    float32, also with x64 enabled).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s = np.linspace(-2, 2, 40, dtype=np.float32); y = (np.arange(40) % 3 == 0) | (s > 1)
+        >>> fitted = jaxcal.SplineCalibration(n_knots=4, penalties=[1e-2]).fit(s, y)
+        >>> type(fitted).__name__, fitted.knots.shape, fitted.theta.dtype
+        ('FittedSpline', (4,), dtype('float32'))
     """
 
     knots: jax.Array
@@ -153,15 +166,32 @@ class FittedSpline(FittedCalibrator):
             out = jnp.where(ok, out, jnp.nan)
         return out
 
-    def logit(self, scores: ArrayLike) -> jax.Array:
+    def predict_logit(self, scores: ArrayLike) -> jax.Array:
         """Calibrated logits :math:`f(u)` (same shape as ``scores``). Traced scores (inside
         ``jit``) give NaN where concrete ones would raise (not finite; for ``on="logit"``,
-        outside [0, 1])."""
+        outside [0, 1]).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.linspace(-2, 2, 40); y = (np.arange(40) % 3 == 0) | (s > 1)
+            >>> cal = jaxcal.SplineCalibration(n_knots=4, penalties=[1e-2]).fit(s, y)
+            >>> bool(np.allclose(cal.predict(s), 1 / (1 + np.exp(-cal.predict_logit(s)))))
+            True
+        """
         return self._apply(scores, _logit_jit)
 
     def predict(self, scores: ArrayLike) -> jax.Array:
         """Calibrated probabilities :math:`\\sigma(f(u))` (same shape as ``scores``; NaN for
-        invalid traced scores, as :meth:`logit`)."""
+        invalid traced scores, as :meth:`predict_logit`).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.linspace(-2, 2, 40); y = (np.arange(40) % 3 == 0) | (s > 1)
+            >>> cal = jaxcal.SplineCalibration(n_knots=4, penalties=[1e-2]).fit(s, y)
+            >>> p = cal.predict(np.array([-2.0, 2.0]))
+            >>> bool(p[0] < p[1])
+            True
+        """
         return self._apply(scores, _predict_jit)
 
     def _logit_core(self, u: jax.Array) -> jax.Array:
@@ -171,14 +201,29 @@ class FittedSpline(FittedCalibrator):
 
     def is_monotone(self, *, atol: float = 0.0) -> jax.Array:
         """Whether the B-spline coefficients are non-decreasing (``theta[1:] >= -atol``):
-        then the map is non-decreasing everywhere (a sufficient condition)."""
+        then the map is non-decreasing everywhere (a sufficient condition).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.linspace(-2, 2, 40); y = (np.arange(40) % 3 == 0) | (s > 1)
+            >>> cal = jaxcal.SplineCalibration(n_knots=4, monotone=True, penalties=[1e-2])
+            >>> bool(cal.fit(s, y).is_monotone())
+            True
+        """
         return jnp.all(self.theta[1:] >= -atol)
 
 
 def quantile_knots(u: np.ndarray, w: np.ndarray, n_knots: int, dtype) -> np.ndarray:
     """``n_knots`` knots at the ``k / (n_knots - 1)`` weighted quantiles (inverted CDF) of
     sorted ``u`` with weights ``w > 0`` (host; integer weights act as repeated rows), cast to
-    ``dtype`` and made distinct (fewer when ``u`` has fewer distinct values)."""
+    ``dtype`` and made distinct (fewer when ``u`` has fewer distinct values).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.calibrators.spline import quantile_knots
+        >>> quantile_knots(np.arange(9.0), np.ones(9), 3, np.float64)
+        array([0., 4., 8.])
+    """
     cw = np.cumsum(w)
     idx = np.searchsorted(cw, np.linspace(0.0, 1.0, n_knots) * cw[-1], side="left")
     q = u[np.clip(idx, 0, u.size - 1)]
@@ -186,32 +231,19 @@ def quantile_knots(u: np.ndarray, w: np.ndarray, n_knots: int, dtype) -> np.ndar
     return np.unique(q.astype(dtype))
 
 
-def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
-    """Fold ids ``0..n_folds - 1``: rows shuffled (``seed``) within each label, then dealt
-    in turn, so each fold holds the same share of each label (within one row)."""
-    rng = np.random.default_rng(seed)
-    order = np.lexsort((rng.random(labels.shape[0]), labels))
-    folds = np.empty(labels.shape[0], np.int32)
-    folds[order] = np.arange(labels.shape[0]) % n_folds
-    return folds
-
-
-def stratified_folds_pure(labels: jax.Array, n_folds: int, seed: int) -> jax.Array:
-    """:func:`stratified_folds` in JAX (labels may be traced): the same fold ids. The
-    shuffle's random keys depend only on ``seed`` and the number of rows (static), so they
-    are drawn on the host while tracing; the sort by label runs in the trace."""
-    n = labels.shape[0]
-    keys = jnp.asarray(np.random.default_rng(seed).random(n), labels.dtype)
-    order = jnp.lexsort((keys, labels))
-    deal = (jnp.arange(n) % n_folds).astype(jnp.int32)
-    return jnp.zeros(n, jnp.int32).at[order].set(deal)
-
-
 def quantile_knots_pure(u: jax.Array, w: jax.Array, n_knots: int):
     """:func:`quantile_knots` in JAX for sorted ``u`` (weights ``w >= 0``, zero weights
     allowed): ``(knots [n_knots], distinct)``, the same quantiles while they are distinct
     (the fixed shape of a trace cannot drop repeated ones, so ``distinct`` says whether the
-    eager fit would keep all ``n_knots``)."""
+    eager fit would keep all ``n_knots``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.calibrators.spline import quantile_knots_pure
+        >>> knots, distinct = quantile_knots_pure(jnp.arange(9.0), jnp.ones(9), 3)
+        >>> knots.tolist(), bool(distinct)
+        ([0.0, 4.0, 8.0], True)
+    """
     pos = w > 0
     cw = jnp.cumsum(jnp.where(pos, w, 0.0))
     levels = jnp.linspace(0.0, 1.0, n_knots, dtype=u.dtype) * cw[-1]
@@ -224,8 +256,9 @@ def quantile_knots_pure(u: jax.Array, w: jax.Array, n_knots: int):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SplineCalibration(Calibrator):
-    r"""Spline calibration estimator (module docstring for the model and the fit).
+class SplineCalibration(Calibrator[FittedSpline]):
+    r"""Spline calibration estimator (module docstring for the model and the fit);
+    ``fit`` returns a :class:`FittedSpline`.
 
     Args:
         n_knots: number of knots :math:`K` (>= 3; default 30, about what ml-insights'
@@ -236,54 +269,75 @@ class SplineCalibration(Calibrator):
         monotone: constrain :math:`f` to be non-decreasing (ordered B-spline coefficients).
         penalties: the grid of :math:`\lambda > 0` (default :data:`DEFAULT_PENALTIES`,
             :math:`10^{-8}, 10^{-7.5}, \dots, 1`); one value: no cross-validation.
-        cv: number of cross-validation folds (>= 2).
-        random_state: seed of the fold assignment.
+        n_folds: number of cross-validation folds (>= 2): deterministic, stratified by
+            label (:func:`jaxcal.fitting.folds.stratified_folds`, rows in a fixed scramble
+            of their positions).
         max_iter: Newton iterations per problem.
         tol: tolerance on half the Newton decrement, in units of the mean loss (default
             ``1e-18`` with float64, ``1e-7`` with float32: about the
             rounding of the mean loss in float32).
+
+    Raises:
+        ValueError: an invalid hyperparameter, when the estimator is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=500); y = rng.uniform(size=500) < 1 / (1 + np.exp(-s * s))
+        >>> cal = jaxcal.SplineCalibration(n_knots=6, penalties=[1e-4, 1e-2], n_folds=3)
+        >>> fitted = cal.fit(s, y)
+        >>> fitted.cv_loss.shape, bool(fitted.penalty == fitted.penalties[fitted.cv_loss.argmin()])
+        ((2,), True)
+        >>> jaxcal.SplineCalibration(n_folds=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_folds must be an integer >= 2; got 1.
     """
 
     n_knots: int = 30
     on: str = "score"
     monotone: bool = False
     penalties: Sequence[float] | None = None
-    cv: int = 5
-    random_state: int = 0
+    n_folds: int = 5
     max_iter: int = 100
     tol: float | None = None
+
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
     def _grid(self) -> np.ndarray:
         return np.asarray(DEFAULT_PENALTIES if self.penalties is None else self.penalties, float)
 
     def _check_hyperparameters(self) -> None:
-        if isinstance(self.n_knots, bool) or int(self.n_knots) != self.n_knots or self.n_knots < 3:
-            raise ValueError(f"n_knots must be an integer >= 3; got {self.n_knots!r}.")
-        if self.on not in _ONS:
-            raise ValueError(f"on must be one of {_ONS}; got {self.on!r}.")
-        grid = self._grid()
+        check_int(self.n_knots, "n_knots", minimum=3)
+        check_choice(self.on, "on", _ONS)
+        if not isinstance(self.monotone, bool | np.bool_):
+            raise ValueError(f"monotone must be True or False; got {self.monotone!r}.")
+        try:
+            grid = self._grid()
+        except (TypeError, ValueError):
+            grid = np.zeros(0)
         if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
             raise ValueError(
-                f"penalties must be a non-empty 1-D sequence of finite values > 0; got {grid!r}."
+                "penalties must be a non-empty 1-D sequence of finite values > 0; got "
+                f"{self.penalties!r}."
             )
-        if isinstance(self.cv, bool) or int(self.cv) != self.cv or self.cv < 2:
-            raise ValueError(f"cv must be an integer >= 2 (folds); got {self.cv!r}.")
-        if int(self.max_iter) < 1:
-            raise ValueError(f"max_iter must be >= 1; got {self.max_iter!r}.")
-        if self.tol is not None and not self.tol > 0:
-            raise ValueError(f"tol must be > 0; got {self.tol!r}.")
+        check_int(self.n_folds, "n_folds", minimum=2)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        if self.tol is not None:
+            check_real(self.tol, "tol", minimum=0.0, strict=True)
 
     def _fit_pure(self, data: PureFitData) -> FittedSpline:
-        """The pure fit (``Calibrator.fit_pure``): :meth:`_fit` in JAX, in the scores'
-        dtype, with no score transform and no padding; the same folds (the same rule and
-        ``random_state``) and knots, so the same numbers.
+        """The pure fit (``Calibrator.fit_pure``): :meth:`_fit_in` in JAX, in the scores'
+        dtype, with no score transform and no padding; the same folds (the same
+        deterministic rule) and knots, so the same numbers.
 
         Derivatives: the coefficients at the chosen penalty by the implicit function theorem
         (``_spline_core.penalised_tangent``), the knots (training scores at weighted
         quantiles) as those scores. The penalty chosen by cross-validation is piecewise
         constant in the data: its derivative is zero and ``cv_loss`` carries none.
 
-        NaN policy: besides the checks of ``fit_pure``, the fit is NaN where :meth:`_fit`
+        NaN policy: besides the checks of ``fit_pure``, the fit is NaN where :meth:`_fit_in`
         would raise (a fold without rows of positive weight; for ``on="logit"`` a score
         outside [0, 1]) and where the ``n_knots`` weighted quantiles are not distinct (the
         eager fit would use fewer knots, a shape a trace cannot change: use fewer knots).
@@ -297,7 +351,7 @@ class SplineCalibration(Calibrator):
             u = jnp.log(p) - jnp.log1p(-p)
         else:
             u = s
-        folds = stratified_folds_pure(data.labels, int(self.cv), int(self.random_state))
+        folds = jnp.asarray(stratified_folds(data.labels, int(self.n_folds), weights=w))
         order = jnp.argsort(u, stable=True)
         u, t, w, folds = (a[order] for a in (u, t, w, folds))
         knots, distinct = quantile_knots_pure(u, w, int(self.n_knots))
@@ -305,7 +359,7 @@ class SplineCalibration(Calibrator):
         grid = self._grid()
         cross_validate = grid.size > 1
         if cross_validate:
-            per_fold = jnp.zeros(int(self.cv)).at[folds].add(jnp.where(w > 0, 1.0, 0.0))
+            per_fold = jnp.zeros(int(self.n_folds)).at[folds].add(jnp.where(w > 0, 1.0, 0.0))
             invalid = invalid | jnp.any(per_fold == 0)
         lo = knots[0]
         R = knots[-1] - lo
@@ -320,7 +374,7 @@ class SplineCalibration(Calibrator):
             penalties,
             max_iter=int(self.max_iter),
             tol=float(tol),
-            n_folds=int(self.cv),
+            n_folds=int(self.n_folds),
             monotone=bool(self.monotone),
             cross_validate=cross_validate,
         )
@@ -337,12 +391,14 @@ class SplineCalibration(Calibrator):
         )
         return poison(fitted, invalid)
 
-    def _fit(self, data: FitData) -> FittedSpline:
+    def _fit_in(self, data: FitData, dtype: np.dtype) -> FittedSpline:
+        """The eager fit in ``dtype`` (the scores'): knots, folds, the batched solve."""
         what = type(self).__name__
         u = _to_u(data.scores, self.on)
-        scaling, u = fit_scaling(u, data.weights, shift=True, need_spread=True, what=what)
-        dtype = np.dtype(jnp.result_type(float))
-        folds = stratified_folds(data.labels, int(self.cv), int(self.random_state))
+        scaling, u = fit_scaling(
+            u, data.weights, shift=True, need_spread=True, what=what, dtype=dtype
+        )
+        folds = stratified_folds(data.labels, int(self.n_folds), weights=data.weights)
         order = np.argsort(u, kind="stable")
         u, t, w, folds = (a[order] for a in (u, data.targets, data.weights, folds))
         pos = w > 0
@@ -354,9 +410,10 @@ class SplineCalibration(Calibrator):
             )
         grid = self._grid()
         cross_validate = grid.size > 1
-        if cross_validate and np.any(np.bincount(folds[w > 0], minlength=self.cv) == 0):
+        k = int(self.n_folds)
+        if cross_validate and np.any(np.bincount(folds[w > 0], minlength=k) == 0):
             raise ValueError(
-                f"{what}: cv={self.cv} folds need at least {self.cv} rows of positive weight."
+                f"{what}: n_folds={k} folds need at least {k} rows of positive weight."
             )
         lo, R = float(knots[0]), float(knots[-1]) - float(knots[0])
         x = (u - lo) / R
@@ -374,7 +431,7 @@ class SplineCalibration(Calibrator):
             jax.device_put(grid.astype(dtype)),
             np.asarray(int(self.max_iter), np.int32),
             np.asarray(tol, dtype),
-            n_folds=int(self.cv),
+            n_folds=k,
             monotone=bool(self.monotone),
             cross_validate=cross_validate,
         )
@@ -384,7 +441,7 @@ class SplineCalibration(Calibrator):
                 f"cross-validation problems converged: {bool(status.cv_converged)}); raise "
                 "max_iter, or check for separable data (labels a step function of the score).",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=3,  # the caller of fit (Calibrator.fit -> _fit_in)
             )
         penalties = jax.device_put(grid.astype(dtype))
         return FittedSpline(

@@ -38,7 +38,13 @@ __all__ = ["TemperatureScaling", "FittedTemperature", "TemperatureFamily"]
 
 @family_dataclass
 class TemperatureFamily(LinearLogitFamily):
-    r""":math:`z = \beta s`; :math:`\phi = [s]`; constraint :math:`\beta \ge 0`."""
+    r""":math:`z = \beta s`; :math:`\phi = [s]`; constraint :math:`\beta \ge 0`.
+
+    Example:
+        >>> from jaxcal.calibrators.temperature import TemperatureFamily
+        >>> TemperatureFamily().param_names
+        ('inv_temperature',)
+    """
 
     param_names: ClassVar[tuple[str, ...]] = ("inv_temperature",)
     intercept_index: ClassVar[int | None] = None
@@ -60,7 +66,16 @@ class TemperatureFamily(LinearLogitFamily):
 
 @pytree_dataclass
 class FittedTemperature(LinearLogitCalibrator):
-    """Fitted temperature scaling: ``predict(s) = sigmoid(s / temperature)``."""
+    """Fitted temperature scaling: ``predict(s) = sigmoid(s / temperature)``.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> z, y = np.array([-3.0, -1.0, 0.5, 1.0, 2.0, 4.0]), np.array([0, 1, 0, 1, 1, 1])
+        >>> fitted = jaxcal.TemperatureScaling().fit(z, y)
+        >>> p = fitted.predict(z)
+        >>> bool(np.allclose(p, 1 / (1 + np.exp(-z / fitted.temperature)), atol=1e-6))
+        True
+    """
 
     inv_temperature = coefficient(0, "beta = 1 / T >= 0.")
 
@@ -71,13 +86,27 @@ class FittedTemperature(LinearLogitCalibrator):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TemperatureScaling(LinearCalibratorEstimator):
+class TemperatureScaling(LinearCalibratorEstimator[FittedTemperature]):
     """Binary temperature scaling (scores are logits): ``l2`` (on :math:`\\beta`),
     ``method`` (only ``"discriminative"``), ``max_iter`` and ``tol`` as in
-    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`.
+    :class:`~jaxcal.calibrators._linear.LinearCalibratorEstimator`. ``fit`` returns a
+    :class:`FittedTemperature`.
+
+    Raises:
+        ValueError: an invalid hyperparameter (e.g. ``max_iter < 1``), when it is made.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> z, y = np.array([-3.0, -1.0, 0.5, 1.0, 2.0, 4.0]), np.array([0, 1, 0, 1, 1, 1])
+        >>> bool(jaxcal.TemperatureScaling().fit(z, y).temperature > 0)
+        True
+        >>> jaxcal.TemperatureScaling(max_iter=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_iter must be an integer >= 1; got 0.
     """
 
-    fitted_class: ClassVar[type] = FittedTemperature
+    fitted_class: ClassVar[type[FittedTemperature]] = FittedTemperature
 
     @property
     def family(self) -> TemperatureFamily:

@@ -4,7 +4,7 @@ Stable public signatures:
 
 .. code-block:: python
 
-    VennAbers(*, cross_folds=None, seed=0).fit(
+    VennAbers(*, n_folds=1).fit(
         scores, labels, *, sample_weight=None, propensity=None, loss="naive", fold=None)
         -> FittedVennAbers           # .predict(scores), .interval(scores), .save(path)
     VennAbers(...).fit_batch(scores, labels, *, mask=None, group=None,
@@ -24,8 +24,9 @@ Section 4). Every test position is computed at once from the greatest convex min
 the calibration scores' cumulative sum diagram, :math:`O(n \log n)`
 (``jaxcal.calibrators._venn_abers_core``), not one isotonic fit per test point.
 
-**CVAP** (``cross_folds=K``): the calibration points are split into ``K`` folds (stratified
-by label, at random with ``seed``, or by ``fold=`` ids), fold ``k`` calibrates an IVAP
+**CVAP** (``n_folds=K >= 2``): the calibration points are split into ``K`` folds (by
+``fold=`` ids, else deterministic folds stratified by label and interleaved in score order,
+:func:`jaxcal.fitting.folds.stratified_folds`), fold ``k`` calibrates an IVAP
 :math:`[p_0^k, p_1^k]`, and the folds are merged as in Vovk, Petej & Fedorova (2015,
 Section 4, log loss):
 
@@ -49,7 +50,7 @@ not labels) is refused; ``"ips_positive"`` and ``"snips"`` change only the weigh
 **Inside jit.** On traced inputs (inside a caller's ``jit``, ``vmap`` or ``grad``), ``fit``
 is :meth:`VennAbers.fit_pure`: the same tables computed in the program on the portable path
 (never the compiled CPU kernel, so ``jax.export`` works and the numbers do not depend on
-it), with fixed sizes, and CVAP folds equal to the eager fit's for the same ``seed``. The
+it), with fixed sizes, and the CVAP folds of the eager fit (the same deterministic rule). The
 tables are differentiable in the labels and weights (each entry is the slope of a bridge of
 the cumulative sum diagram); the dependence on the scores is piecewise constant (zero
 derivative). Invalid data gives NaN, and so does a traced ``predict`` or ``interval`` of a
@@ -87,19 +88,22 @@ from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal._validation import (
     check_batch_inputs,
     check_groups,
+    check_int,
     check_labels,
     check_sample_weight,
     check_scores,
 )
 from jaxcal._weights import normalize_weights_host
 from jaxcal.calibrators._base import Calibrator, FittedCalibrator
-from jaxcal.calibrators._scaling import ORDER, ScoreScaling, fit_scaling, pure_identity_scaling
-from jaxcal.calibrators._venn_abers_core import (
-    fit_tables,
-    fit_tables_pure,
-    stratified_folds_pure,
-    va_lookup,
+from jaxcal.calibrators._scaling import (
+    ORDER,
+    ScoreScaling,
+    fit_dtype,
+    fit_scaling,
+    pure_identity_scaling,
 )
+from jaxcal.calibrators._venn_abers_core import fit_tables, fit_tables_pure, va_lookup
+from jaxcal.fitting.folds import stratified_folds
 
 __all__ = ["VennAbers", "FittedVennAbers"]
 
@@ -121,6 +125,16 @@ class FittedVennAbers(FittedCalibrator):
             (``jaxcal.calibrators._scaling``).
         n_folds: ``K`` (1 for an IVAP).
         batch_shape: ``()`` for one problem, ``(B,)`` after ``fit_batch``.
+
+    The float leaves have the dtype of the scores the predictor was fitted on (float32
+    scores give float32 tables, also with x64 enabled).
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> fitted = jaxcal.VennAbers().fit(s, y)
+        >>> type(fitted).__name__, fitted.n_folds, fitted.batch_shape
+        ('FittedVennAbers', 1, ())
     """
 
     edges: jax.Array
@@ -146,19 +160,33 @@ class FittedVennAbers(FittedCalibrator):
 
         Raises:
             ValueError: non-finite scores, or a shape that does not fit the batch / folds.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 0, 1, 0, 1, 1])
+            >>> p0, p1 = jaxcal.VennAbers().fit(s, y).interval(np.array([0.05, 0.35]))
+            >>> p0.tolist(), p1.tolist()
+            ([0.0, 0.333], [0.333, 0.667])
         """
         return self._lookup(scores, per_fold_scores, "interval")
 
     def predict(self, scores: ArrayLike, *, per_fold_scores: bool = False) -> jax.Array:
         """The merged probability :math:`p_1 / (1 - p_0 + p_1)` (for CVAP
         :math:`GM(p_1) / (GM(1 - p_0) + GM(p_1))`), of the shape of ``scores`` (see
-        :meth:`interval`)."""
+        :meth:`interval`).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 0, 1, 0, 1, 1])
+            >>> jaxcal.VennAbers().fit(s, y).predict(np.array([0.35]))  # (2/3) / (1 - 1/3 + 2/3)
+            Array([0.5], dtype=float32)
+        """
         return self._lookup(scores, per_fold_scores, "predict")[0]
 
     def _lookup(self, scores, per_fold_scores: bool, want: str):
         k = self.n_folds
         if per_fold_scores and k == 1:
-            raise ValueError("per_fold_scores=True needs a cross Venn-Abers (cross_folds=K).")
+            raise ValueError("per_fold_scores=True needs a cross Venn-Abers (n_folds >= 2).")
         float32_out = getattr(scores, "dtype", None) == np.float32
         u = self.scaling.apply(scores)
         traced = _shapes.is_traced(u, self)
@@ -204,21 +232,6 @@ def _check_folds(fold, n: int, k: int) -> np.ndarray:
     return f.astype(np.int64)
 
 
-def _stratified_folds(labels: np.ndarray, code: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Fold ids stratified by (problem, label): a random order within every stratum, dealt
-    round-robin to the ``k`` folds."""
-    n = labels.shape[0]
-    key = np.random.default_rng(seed).permutation(n)
-    order = np.lexsort((key, labels, code))
-    cs, ls = code[order], labels[order]
-    new = np.ones(n, bool)
-    new[1:] = (cs[1:] != cs[:-1]) | (ls[1:] != ls[:-1])
-    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    fold = np.empty(n, np.int64)
-    fold[order] = (np.arange(n) - start) % k
-    return fold
-
-
 def _group_codes(group: np.ndarray) -> tuple[int, np.ndarray]:
     """``(G, code)``: dense codes ``0..G-1`` of integer ids in sorted-id order (a lookup
     table when the ids are small non-negative integers, else ``np.unique``)."""
@@ -247,36 +260,45 @@ def _check_two_classes_per_problem(y, w, code, n_codes: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VennAbers(Calibrator):
+class VennAbers(Calibrator[FittedVennAbers]):
     """Inductive (IVAP) or cross (CVAP) Venn-Abers predictor (Vovk & Petej 2014; Vovk,
     Petej & Fedorova 2015); see the module docstring for the formulas.
 
     Args:
-        cross_folds: ``None`` for an IVAP on all calibration points, or ``K >= 2`` for a
-            CVAP of ``K`` folds merged by geometric means.
-        seed: the seed of the random stratified fold assignment (when ``fit`` gets no
-            ``fold`` ids).
+        n_folds: ``1`` for an IVAP on all calibration points, or ``K >= 2`` for a CVAP of
+            ``K`` folds merged by geometric means. Without ``fold`` ids at ``fit`` the folds
+            are deterministic, stratified by label and interleaved in score order
+            (:func:`jaxcal.fitting.folds.stratified_folds`).
+
+    Raises:
+        ValueError: ``n_folds`` not an integer ``>= 1``, when the predictor is made.
 
     Example:
         >>> import jaxcal, numpy as np
         >>> rng = np.random.default_rng(0)
         >>> s = rng.normal(size=500); y = (rng.uniform(size=500) < 1 / (1 + np.exp(-s)))
-        >>> p0, p1 = jaxcal.VennAbers(cross_folds=5).fit(s, y).interval(s[:3])
+        >>> p0, p1 = jaxcal.VennAbers(n_folds=5).fit(s, y).interval(s[:3])
+        >>> bool(np.all(p0 <= p1))
+        True
+        >>> jaxcal.VennAbers(n_folds=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_folds must be an integer >= 1; got 0.
     """
 
-    cross_folds: int | None = None
-    seed: int = 0
+    n_folds: int = 1
+
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
 
     def _check_hyperparameters(self) -> None:
-        k = self.cross_folds
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 2):
-            raise ValueError(f"cross_folds must be None or an integer >= 2; got {k!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer):
-            raise ValueError(f"seed must be an integer; got {self.seed!r}.")
+        check_int(self.n_folds, "n_folds", minimum=1)
 
-    @property
-    def _k(self) -> int:
-        return 1 if self.cross_folds is None else int(self.cross_folds)
+    def _folds_of(self, fold, n: int):
+        """The fold ids given at ``fit`` checked against ``n_folds`` (concrete ids)."""
+        if self.n_folds == 1 and fold is not None:
+            raise ValueError("fold ids need a cross Venn-Abers (n_folds >= 2).")
+        return None if fold is None else _check_folds(fold, n, self.n_folds)
 
     def fit(
         self,
@@ -298,15 +320,23 @@ class VennAbers(Calibrator):
                 ``"snips"`` (which re-weight; ``"ips"`` is refused).
             loss: ``"naive"``, ``"ips_positive"`` or ``"snips"``.
             fold: CVAP only: optional ``[n]`` fold ids in ``[0, K)`` (default: stratified
-                at random with ``seed``).
+                by label and interleaved in score order,
+                :func:`jaxcal.fitting.folds.stratified_folds`).
 
         Returns:
-            The fitted predictor.
+            The fitted predictor; its float leaves have the dtype of ``scores``.
 
         Raises:
-            ValueError: invalid hyperparameters or data, ``loss="ips"``, bad fold ids. On
-                traced inputs (inside ``jit``, ``vmap``, ``grad``) ``fit`` is
-                :meth:`fit_pure`, where invalid data gives NaN instead.
+            ValueError: invalid data, ``loss="ips"``, bad fold ids. On traced inputs
+                (inside ``jit``, ``vmap``, ``grad``) ``fit`` is :meth:`fit_pure`, where
+                invalid data gives NaN instead.
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 0, 1, 0, 1, 1])
+            >>> cvap = jaxcal.VennAbers(n_folds=2).fit(s, y, fold=np.array([0, 1] * 3))
+            >>> cvap.n_folds, cvap.predict(np.array([0.35])).shape
+            (2, (1,))
         """
         if _shapes.is_traced(scores, labels, sample_weight, propensity, fold):
             return self.fit_pure(
@@ -317,11 +347,12 @@ class VennAbers(Calibrator):
                 loss=loss,
                 fold=fold,
             )
-        self._check_hyperparameters()
+        dtype = fit_dtype(scores)
         data = prepare_fit(
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
-        return self._fit_problems(data, np.zeros(data.scores.shape[0], np.int64), 1, fold, ())
+        fold = self._folds_of(fold, data.scores.shape[0])
+        return self._fit_problems(data, None, 1, fold, (), dtype)
 
     def fit_pure(
         self,
@@ -342,11 +373,11 @@ class VennAbers(Calibrator):
         The runs, the CSD and the sweeps are computed in the program, on the portable path
         (never the compiled CPU kernel), in the scores' dtype; the tables have fixed sizes
         (``jaxcal.calibrators._venn_abers_core.fit_tables_pure``). CVAP folds: the ``fold``
-        ids if given (concrete or traced), else the stratified random folds of ``seed``, the
-        same as :meth:`fit`'s (the permutation depends on ``n`` and ``seed`` only, so it is
-        drawn on the host). Data :meth:`fit` would refuse (non-finite scores, labels not
-        0/1, a single class, ``loss="ips"`` targets that differ from the labels, fold ids
-        outside ``[0, K)``) give a predictor of NaN.
+        ids if given (concrete or traced), else the deterministic folds of :meth:`fit`
+        (:func:`jaxcal.fitting.folds.stratified_folds`, computed in the program). Data
+        :meth:`fit` would refuse (non-finite scores, labels not 0/1, a single class,
+        ``loss="ips"`` targets that differ from the labels, fold ids outside ``[0, K)``)
+        give a predictor of NaN.
 
         Args:
             scores, labels, sample_weight, propensity, loss, fold: as in :meth:`fit`.
@@ -355,40 +386,44 @@ class VennAbers(Calibrator):
             The fitted predictor (``n_folds == K``, ``batch_shape == ()``).
 
         Raises:
-            ValueError: invalid hyperparameters or shapes, fold ids without ``cross_folds``.
+            ValueError: invalid shapes, fold ids with ``n_folds=1``.
+
+        Example:
+            >>> import jax, jaxcal, jax.numpy as jnp
+            >>> s = jnp.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = jnp.array([0, 0, 1, 0, 1, 1])
+            >>> jax.jit(lambda s, y: jaxcal.VennAbers().fit_pure(s, y).predict(s[2:3]))(s, y)
+            Array([0.5], dtype=float32)
         """
-        self._check_hyperparameters()
         data = prepare_fit_pure(
             scores, labels, sample_weight=sample_weight, propensity=propensity, loss=loss
         )
-        n, k = data.scores.shape[0], self._k
+        if fold is None:
+            return poison(self._fit_pure(data), data.invalid)
+        n, k = data.scores.shape[0], self.n_folds
         invalid = data.invalid | jnp.any(data.targets != data.labels)
         if k == 1:
-            if fold is not None:
-                raise ValueError("fold ids need a cross Venn-Abers (cross_folds=K).")
-            f = jnp.zeros(n, jnp.int32)
-        elif fold is None:
-            f = stratified_folds_pure(data.labels, k, int(self.seed))
-        else:
-            if not _shapes.is_traced(fold):
-                _check_folds(fold, n, k)
-            f = jnp.asarray(fold)
-            if f.shape != (n,) or not jnp.issubdtype(f.dtype, jnp.integer):
-                raise ValueError(
-                    f"fold must hold {n} integer ids in [0, {k}); got {f.dtype} of shape {f.shape}."
-                )
-            invalid = invalid | jnp.any((f < 0) | (f >= k))
-            f = jnp.clip(f, 0, k - 1).astype(jnp.int32)
+            raise ValueError("fold ids need a cross Venn-Abers (n_folds >= 2).")
+        if not _shapes.is_traced(fold):
+            _check_folds(fold, n, k)
+        f = jnp.asarray(fold)
+        if f.shape != (n,) or not jnp.issubdtype(f.dtype, jnp.integer):
+            raise ValueError(
+                f"fold must hold {n} integer ids in [0, {k}); got {f.dtype} of shape {f.shape}."
+            )
+        invalid = invalid | jnp.any((f < 0) | (f >= k))
+        f = jnp.clip(f, 0, k - 1).astype(jnp.int32)
         return poison(self._tables_pure(data, f), invalid)
 
     def _fit_pure(self, data: PureFitData) -> FittedVennAbers:
         n = data.scores.shape[0]
-        if self._k == 1:
+        if self.n_folds == 1:
             f = jnp.zeros(n, jnp.int32)
         else:
-            f = stratified_folds_pure(data.labels, self._k, int(self.seed))
+            f = stratified_folds(
+                data.labels, self.n_folds, scores=data.scores, weights=data.weights
+            )
         invalid = jnp.any(data.targets != data.labels)
-        return poison(self._tables_pure(data, f), invalid)
+        return poison(self._tables_pure(data, jnp.asarray(f, jnp.int32)), invalid)
 
     def _tables_pure(self, data: PureFitData, fold: jax.Array) -> FittedVennAbers:
         """The tables of the ``K`` fold problems (weights normalised by a power of two, as
@@ -397,12 +432,9 @@ class VennAbers(Calibrator):
         top = jax.lax.stop_gradient(jnp.max(w))
         e = jnp.frexp(jnp.where(top > 0, top, 1.0))[1] - 1
         w = w * jnp.ldexp(jnp.ones((), w.dtype), -e)
-        tables = fit_tables_pure(data.scores, data.labels, w, fold, self._k)
+        tables = fit_tables_pure(data.scores, data.labels, w, fold, self.n_folds)
         scaling = pure_identity_scaling(data.scores.dtype)
-        return FittedVennAbers(*tables, scaling=scaling, n_folds=self._k, batch_shape=())
-
-    def _fit(self, data: FitData) -> FittedVennAbers:
-        return self._fit_problems(data, np.zeros(data.scores.shape[0], np.int64), 1, None, ())
+        return FittedVennAbers(*tables, scaling=scaling, n_folds=self.n_folds, batch_shape=())
 
     def fit_batch(
         self,
@@ -419,7 +451,7 @@ class VennAbers(Calibrator):
         Either ``[B, n]`` arrays with an optional boolean ``mask``, or 1-D arrays with integer
         ``group`` ids (row ``g`` of the result is the ``g``-th smallest id). Inverse-propensity
         weights go in ``sample_weight`` (labels stay 0/1). ``fold`` (CVAP) has the shape of
-        ``scores``.
+        ``scores``; without it each problem gets the folds :meth:`fit` would give it.
 
         Returns:
             A predictor with ``batch_shape == (B,)``: ``predict`` takes ``[B, m]`` scores.
@@ -427,13 +459,20 @@ class VennAbers(Calibrator):
         Raises:
             ValueError: invalid inputs (per problem: a single class, ...), or traced inputs
                 (inside ``jit``: ``jax.vmap`` :meth:`fit` over the problems instead).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> s = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]); y = np.array([0, 1, 0, 1, 0, 1])
+            >>> batch = jaxcal.VennAbers().fit_batch(s, y, group=np.array([0, 0, 0, 1, 1, 1]))
+            >>> batch.batch_shape, batch.predict(np.array([[0.15], [0.45]])).shape
+            ((2,), (2, 1))
         """
-        self._check_hyperparameters()
         if _shapes.is_traced(scores, labels, mask, group, sample_weight, fold):
             raise ValueError(
                 "fit_batch takes concrete arrays (it groups and pads on the host); inside "
                 "jit, batch the problems with jax.vmap over fit."
             )
+        dtype = fit_dtype(scores)
         if group is not None:
             if mask is not None:
                 raise ValueError("pass either mask (for [B, n] inputs) or group, not both.")
@@ -458,29 +497,27 @@ class VennAbers(Calibrator):
                 f = f2.reshape(-1)[keep]
             else:
                 f = None
-        data = FitData(s, y, y, w)
-        return self._fit_problems(data, code, n_rows, f, (n_rows,))
+        f = self._folds_of(f, s.shape[0])
+        return self._fit_problems(FitData(s, y, y, w), code, n_rows, f, (n_rows,), dtype)
 
-    def _fit_problems(self, data: FitData, code, n_codes: int, fold, batch_shape):
+    def _fit_problems(self, data: FitData, code, n_codes: int, fold, batch_shape, dtype):
         """Folds, the exact score transform and the tables of all ``n_codes x K``
-        problems."""
+        problems (``code``: each row's problem, ``None`` for one problem), in ``dtype``."""
         if not np.array_equal(data.targets, data.labels):
             raise ValueError(
                 "VennAbers needs 0/1 labels: loss='ips' turns them into targets Y/propensity. "
                 "Pass the inverse propensities as sample_weight, or use loss='ips_positive' "
                 "or 'snips' (which only re-weight)."
             )
-        k = self._k
-        n = data.scores.shape[0]
-        if k == 1:
-            if fold is not None:
-                raise ValueError("fold ids need a cross Venn-Abers (cross_folds=K).")
-            f = np.zeros(n, np.int64)
-        elif fold is None:
-            f = _stratified_folds(data.labels, code, k, int(self.seed))
-        else:
-            f = _check_folds(fold, n, k)
+        k, n = self.n_folds, data.scores.shape[0]
         w = normalize_weights_host(data.weights)
-        scaling, s = fit_scaling(data.scores, w, shift=True, kind=ORDER, what="VennAbers")
-        tables = fit_tables(s, data.labels, w, code * k + f, n_codes * k)
+        scaling, s = fit_scaling(
+            data.scores, w, shift=True, kind=ORDER, what="VennAbers", dtype=dtype
+        )
+        if k > 1 and fold is None:  # on the transformed scores, as the pure fit
+            fold = stratified_folds(data.labels, k, scores=s, weights=data.weights, group=code)
+        problem = np.zeros(n, np.int64) if code is None else code * k
+        if fold is not None:
+            problem = problem + fold
+        tables = fit_tables(s, data.labels, w, problem, n_codes * k, dtype=dtype)
         return FittedVennAbers(*tables, scaling=scaling, n_folds=k, batch_shape=batch_shape)

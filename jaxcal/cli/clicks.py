@@ -19,9 +19,9 @@ hosts, start one process per host yourself, each with its own files and the same
 coordinator (process 0's ``host:port``)::
 
     host0$ jaxcal clicks fit dbn --log part0/*.parquet --out dbn.npz \\
-               --coordinator host0:8476 --num-processes 2 --process-id 0
+               --coordinator host0:8476 --n-processes 2 --process-id 0
     host1$ jaxcal clicks fit dbn --log part1/*.parquet --out dbn.npz \\
-               --coordinator host0:8476 --num-processes 2 --process-id 1
+               --coordinator host0:8476 --n-processes 2 --process-id 1
 
 Process 0 writes ``--out``.
 """
@@ -40,7 +40,7 @@ from jaxcal import distributed
 from jaxcal._progress import log
 from jaxcal._serialization import save
 from jaxcal.cli._parsers import documented_parser
-from jaxcal.clicks import cascade, ccm, ctr, dbn, dcm, pbm, ubm
+from jaxcal.clicks import RunOptions, cascade, ccm, ctr, dbn, dcm, pbm, ubm
 
 __all__ = ["add_parser", "run", "MODELS"]
 
@@ -60,7 +60,17 @@ MODELS = {
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``jaxcal clicks``."""
+    """Register ``jaxcal clicks`` (its ``fit`` action) with the subcommands of a parser.
+
+    Example:
+        >>> import argparse
+        >>> from jaxcal.cli.clicks import add_parser
+        >>> parser = argparse.ArgumentParser(prog="jaxcal")
+        >>> add_parser(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["clicks", "fit", "dbn", "--log", "a.pq", "--out", "m.npz"])
+        >>> args.model, args.chunk_sessions, args.max_iter
+        ('dbn', 100000, 50)
+    """
     parser = subparsers.add_parser(
         "clicks",
         help="fit click models to logs larger than memory, on one or more processes",
@@ -91,7 +101,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--quiet", action="store_true", help="no progress lines")
     multi = fit.add_argument_group("several hosts (one process each)")
     multi.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address")
-    multi.add_argument("--num-processes", type=int, help="processes in the job")
+    multi.add_argument("--n-processes", type=int, help="processes in the job")
     multi.add_argument("--process-id", type=int, help="this process's index")
     fit.set_defaults(func=run)
 
@@ -130,7 +140,7 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
             *args.log[i::n],
             "--coordinator",
             coordinator,
-            "--num-processes",
+            "--n-processes",
             str(n),
             "--process-id",
             str(i),
@@ -178,12 +188,23 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``jaxcal clicks fit`` with parsed arguments."""
+    """Run ``jaxcal clicks fit`` with parsed arguments.
+
+    Example:
+        >>> import jaxcal
+        >>> from jaxcal.cli import main
+        >>> from jaxcal.clicks import Sessions
+        >>> Sessions.from_arrays([0, 0], [[1, 2], [2, 1]], [[1, 0], [0, 1]]).to_npz("log.npz")
+        >>> main(["clicks", "fit", "dctr", "--log", "log.npz", "--out", "dctr.npz", "--quiet"])
+        0
+        >>> jaxcal.load("dctr.npz").params["alpha"].tolist()  # doc 1: 2 clicks of 2; doc 2: 0
+        [0.75, 0.25, 0.5]
+    """
     if args.processes < 1:
         raise ValueError(f"--processes must be a positive integer; got {args.processes}.")
-    joined = (args.coordinator, args.num_processes, args.process_id)
+    joined = (args.coordinator, args.n_processes, args.process_id)
     if any(v is not None for v in joined) and not all(v is not None for v in joined):
-        raise ValueError("--coordinator, --num-processes and --process-id go together.")
+        raise ValueError("--coordinator, --n-processes and --process-id go together.")
     if args.processes > 1:
         if args.coordinator is not None:
             raise ValueError("--processes starts local processes; do not give --coordinator.")
@@ -191,27 +212,21 @@ def run(args: argparse.Namespace) -> int:
     if args.float64:
         jax.config.update("jax_enable_x64", True)
     if args.coordinator is not None:
-        distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+        distributed.initialize(args.coordinator, args.n_processes, args.process_id)
     prior = _prior(args.prior)
     spill = False if args.no_spill else (args.spill or True)
     model = MODELS[args.model]()
-    verbose = not args.quiet
-    log(f"jaxcal clicks fit {args.model}: {len(args.log)} log files", quiet=not verbose)
-    start = time.perf_counter()
-    fitted = model.fit(
-        args.log,
-        prior=prior,
-        max_iter=args.max_iter,
-        tol=args.tol,
-        chunk_sessions=args.chunk_sessions,
-        spill=spill,
-        verbose=verbose,
+    run_options = RunOptions(
+        chunk_sessions=args.chunk_sessions, spill=spill, progress=not args.quiet
     )
+    log(f"jaxcal clicks fit {args.model}: {len(args.log)} log files", quiet=args.quiet)
+    start = time.perf_counter()
+    fitted = model.fit(args.log, prior=prior, max_iter=args.max_iter, tol=args.tol, run=run_options)
     if distributed.process_index() == 0:
         save(fitted, args.out)
         log(
             f"{int(fitted.n_iter)} iterations, {len(fitted.pair_query)} query-document pairs, "
             f"{time.perf_counter() - start:.1f}s; wrote {args.out}",
-            quiet=not verbose,
+            quiet=args.quiet,
         )
     return 0

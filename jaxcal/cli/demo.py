@@ -249,8 +249,9 @@ def run_demo(
     Runs in float64 (it enables ``jax_enable_x64``, as the exact solvers are meant to).
 
     Args:
-        seed: seed of the simulator (``simulate_preferences(seed=seed)``) and of the split
-            (``data.split(seed=seed)``).
+        seed: the run's integer seed; ``jax.random.key(seed)`` is split in two, one key for
+            the simulator (``simulate_preferences(key=...)``) and one for the split
+            (``data.split(key=...)``).
         n_users: number of simulated users.
         n_items: number of simulated items.
         validation_fraction: share of the pairs used for fitting (the rest is the test set).
@@ -281,8 +282,9 @@ def run_demo(
         jobs = min(4, os.cpu_count() or 1)
     say = _progress(quiet)
     say(f"simulating {n_users} users x {n_items} items (seed {seed})")
-    data = simulate_preferences(n_users=n_users, n_items=n_items, seed=seed)
-    val, test = data.split(validation_fraction=validation_fraction, seed=seed)
+    k_data, k_split = jax.random.split(jax.random.key(seed))
+    data = simulate_preferences(n_users=n_users, n_items=n_items, key=k_data)
+    val, test = data.split(validation_fraction=validation_fraction, key=k_split)
     omega = _ips_propensity(data, val, propensity)
     problem = _problem(data, val, test, omega, n_bins)
     result = DemoResult([], data, val, test, omega)

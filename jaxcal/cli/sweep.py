@@ -2,10 +2,10 @@
 
 Examples::
 
-    jaxcal sweep bpr --grid lr=0.003,0.01,0.03 --grid l2=0.01,0.1 --grid seed=0,1 \\
-        --set dim=16 --set n_steps=1000 --set batch_size=256
-    jaxcal sweep wrmf --grid dim=8,16,32 --grid alpha=1,10 --output wrmf.csv
-    jaxcal sweep lightgcn --train train.tsv --test test.tsv --grid lr=0.001,0.01
+    jaxcal sweep bpr --grid learning_rate=0.003,0.01,0.03 --grid l2=0.01,0.1 \\
+        --grid replicate=0,1 --set rank=16 --set n_steps=1000 --set batch_size=256
+    jaxcal sweep wrmf --grid rank=8,16,32 --grid alpha=1,10 --output wrmf.csv
+    jaxcal sweep lightgcn --train train.tsv --test test.tsv --grid learning_rate=0.001,0.01
 
 The data is Coat (``--dataset coat``, the default: MNAR ``train.ascii`` ratings >= 4 are
 the positives, the MAR ``test.ascii`` ratings are evaluated) or two ``user item rating``
@@ -48,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = documented_parser(
         subparsers,
         "sweep",
-        "train K ranking models (seeds / hyperparameters) in one compiled program",
+        "train K ranking models (replicates / hyperparameters) in one compiled program",
         __doc__,
     )
     parser.add_argument("model", choices=sorted(MODELS), help="ranking model to train")
@@ -57,15 +57,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=V1,V2,...",
-        help="values to sweep (repeat for a Cartesian product); names: seed, dim, lr, l2, "
-        "and model-specific ones (CML margin, WR-MF alpha)",
+        help="values to sweep (repeat for a Cartesian product); names: replicate (the index "
+        "folded into the key), rank, learning_rate, l2, and model-specific ones (CML margin, "
+        "WR-MF alpha)",
     )
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a fixed hyperparameter of the model (e.g. dim=32, n_steps=2000, hidden=64,32)",
+        help="a fixed hyperparameter of the model (e.g. rank=32, n_steps=2000, hidden=64,32)",
     )
     parser.add_argument("--dataset", choices=("coat",), default="coat")
     parser.add_argument("--data-dir", default=None, help="Coat folder (default: shared data)")
@@ -74,7 +75,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--one-based", action="store_true", help="ids in the files start at 1")
     parser.add_argument("--threshold", type=float, default=4, help="rating >= this is positive")
     parser.add_argument("--k", type=int, default=5, help="cut-off of NDCG@k and Recall@k")
-    parser.add_argument("--key", type=int, default=0, help="base PRNG seed")
+    parser.add_argument(
+        "--key", type=int, default=0, help="seed of the base PRNG key jax.random.key(KEY)"
+    )
     parser.add_argument("--devices", type=int, default=None, help="shard K over N devices")
     parser.add_argument("--output", default=None, help="write the table as CSV here")
     parser.add_argument("--save", default=None, help="save the SweepResult (.npz) here")
@@ -98,7 +101,13 @@ def _split(item: str, flag: str) -> tuple[str, str]:
 
 
 def parse_grid(items: list[str]) -> dict[str, list[int | float]]:
-    """``["lr=0.01,0.1", "seed=0,1"]`` -> ``{"lr": [0.01, 0.1], "seed": [0, 1]}``."""
+    """``["learning_rate=0.01,0.1", "replicate=0,1"]`` -> ``{"learning_rate": [0.01, 0.1],
+    "replicate": [0, 1]}``.
+
+    Example:
+        >>> parse_grid(["learning_rate=0.01,0.1", "replicate=0,1"])
+        {'learning_rate': [0.01, 0.1], 'replicate': [0, 1]}
+    """
     grid: dict[str, list[int | float]] = {}
     for item in items:
         name, values = _split(item, "--grid")
@@ -109,7 +118,13 @@ def parse_grid(items: list[str]) -> dict[str, list[int | float]]:
 
 
 def parse_settings(model_cls: type, items: list[str]) -> dict[str, Any]:
-    """``["dim=32", "hidden=64,32", "optimizer=sgd"]`` -> field values of ``model_cls``."""
+    """``["rank=32", "hidden=64,32", "optimizer=sgd"]`` -> field values of ``model_cls``.
+
+    Example:
+        >>> from jaxcal.recsys import NCF
+        >>> parse_settings(NCF, ["rank=32", "hidden=64,32", "optimizer=sgd"])
+        {'rank': 32, 'hidden': (64, 32), 'optimizer': 'sgd'}
+    """
     fields = {f.name: f for f in dataclasses.fields(model_cls)}
     out: dict[str, Any] = {}
     for item in items:
@@ -175,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     model_cls = getattr(recsys, MODELS[args.model])
-    grid = parse_grid(args.grid) or {"seed": [0]}
+    grid = parse_grid(args.grid) or {"replicate": [0]}
     model = model_cls(**parse_settings(model_cls, args.set))
     if isinstance(args.k, bool) or args.k < 1:
         raise ValueError(f"--k must be >= 1; got {args.k}.")
@@ -204,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     losses = np.asarray(result.models.train_loss)
     for k in progress(range(len(result)), "evaluating", quiet=args.quiet):
-        scores = result.select(k).score_all()
+        scores = result.select(k).predict_all()
         config = result.configs[k]
         rows.append(
             [

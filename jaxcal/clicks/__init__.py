@@ -3,11 +3,14 @@
 Models (Chuklin, Markov & de Rijke, *Click Models for Web Search*, 2015): the CTR
 baselines :class:`GCTR`, :class:`RCTR`, :class:`DCTR`; :class:`PBM`, :class:`CascadeModel`,
 :class:`DCM`, :class:`DBN`, :class:`SDBN`, :class:`CCM`, :class:`UBM`. Each estimator's
-``fit(sessions, *, prior=(1, 2), max_iter=50, tol=1e-6, mesh=None)`` returns an immutable
-fitted pytree with ``predict_conditional`` / ``predict_marginal``; ``sessions`` may also be
-files or a callable of chunks, streamed on every EM iteration and summed across the processes
-of a ``jax.distributed`` job (:mod:`jaxcal.clicks.sources`, :mod:`jaxcal.distributed`), and
-``prior="empirical"`` learns the attractiveness (and satisfaction) priors from the log. Logs are
+``fit(sessions, *, prior=(1, 2), max_iter=50, tol=1e-6, run=RunOptions())`` returns an
+immutable fitted pytree (:class:`FittedPBM`, :class:`FittedDBN`, ...; their base
+:class:`ClickModelFit`) with ``predict_conditional`` / ``predict_marginal``;
+``sessions`` may also be files or a callable of chunks, streamed on every EM iteration and
+summed across the processes of a ``jax.distributed`` job (:mod:`jaxcal.clicks.sources`,
+:mod:`jaxcal.distributed`); :class:`RunOptions` groups how the fit runs (deduplication,
+chunks, spilling, device mesh, progress lines); and ``prior="empirical"`` learns the
+attractiveness (and satisfaction) priors from the log. Logs are
 :class:`Sessions` arrays (readers :func:`read_yandex`, :func:`read_tiangong`,
 :func:`read_npz`, :func:`read_parquet` / :func:`iter_parquet`; :func:`simulate` for ground
 truth); metrics :func:`perplexity`,
@@ -46,7 +49,19 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "DBN": "jaxcal.clicks.dbn",
         "SDBN": "jaxcal.clicks.dbn",
         "CCM": "jaxcal.clicks.ccm",
-        "ClickModelFit": "jaxcal.clicks._base",
+        "RunOptions": "jaxcal.clicks._options",
+        # fitted models
+        "ClickModelFit": "jaxcal.clicks._fitted",
+        "FittedGCTR": "jaxcal.clicks.ctr",
+        "FittedRCTR": "jaxcal.clicks.ctr",
+        "FittedDCTR": "jaxcal.clicks.ctr",
+        "FittedPBM": "jaxcal.clicks.pbm",
+        "FittedUBM": "jaxcal.clicks.ubm",
+        "FittedCascadeModel": "jaxcal.clicks.cascade",
+        "FittedDCM": "jaxcal.clicks.dcm",
+        "FittedDBN": "jaxcal.clicks.dbn",
+        "FittedSDBN": "jaxcal.clicks.dbn",
+        "FittedCCM": "jaxcal.clicks.ccm",
         "MODELS": "jaxcal.clicks.simulator",
         # the pure core: inside jit, vmap, grad and jax.export
         "SessionArrays": "jaxcal.clicks.core",

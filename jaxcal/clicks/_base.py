@@ -1,7 +1,7 @@
 """The estimator / fitted-model shell shared by every click model.
 
 * An estimator (``jaxcal.clicks.PBM()``, ...) is a frozen dataclass; ``fit(sessions, *,
-  prior=(1, 2), max_iter=50, tol=1e-6, mesh=None, dedup=True)`` validates eagerly, merges
+  prior=(1, 2), max_iter=50, tol=1e-6, run=RunOptions())`` validates eagerly, merges
   identical sessions, maps (query, document) pairs to ids, and runs the jitted EM loop (or the
   closed-form MLE) of :mod:`jaxcal.clicks._em`. A log given as files or chunks (or any log
   under ``jax.distributed``) is streamed instead (:mod:`jaxcal.clicks._stream`).
@@ -10,7 +10,9 @@
   padding adds nothing to the sufficient statistics or the objective, and is sliced off, so
   logs of a new size inside a bucket reuse the compiled EM program (the same holds for the
   predictions).
-* The result is a :class:`ClickModelFit` pytree: the pair vocabulary, a dict of parameter
+* The result is a :class:`ClickModelFit` pytree (:mod:`jaxcal.clicks._fitted`; the checks
+  of logs are in :mod:`jaxcal.clicks._checks`, how the fit runs in
+  :mod:`jaxcal.clicks._options`): the pair vocabulary, a dict of parameter
   arrays (query-document parameters have one extra last entry, the prior mean, used for
   pairs unseen in training), the iteration count and the objective trace. It predicts
   conditional ``P(C_r = 1 | C_<r)`` and marginal ``P(C_r = 1)`` click probabilities and
@@ -20,24 +22,21 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
-from jax.typing import ArrayLike
 
 from jaxcal import _shapes, distributed
-from jaxcal._jit import jit
 from jaxcal._progress import log
-from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.clicks import _empirical
+from jaxcal.clicks._checks import check_click_arrays, check_sessions
 from jaxcal.clicks._em import Batch, make_batch, run_closed_form, run_em
+from jaxcal.clicks._fitted import PAIRS, RANKS, ClickModelFit
+from jaxcal.clicks._options import RunOptions
 from jaxcal.clicks._stats import mstep_ratios
 from jaxcal.clicks._stream import (
     batches,
@@ -46,7 +45,7 @@ from jaxcal.clicks._stream import (
     stream_closed_form,
     stream_em,
 )
-from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs, lookup_pairs
+from jaxcal.clicks.sessions import PairIndex, Sessions, encode_pairs
 from jaxcal.clicks.sources import Source, chunk_source
 
 __all__ = [
@@ -55,77 +54,14 @@ __all__ = [
     "RANKS",
     "ClickModel",
     "ClickModelFit",
+    "FittedT",
     "check_click_arrays",
     "check_prior",
     "check_sessions",
 ]
 
-#: In a ``param_shapes`` entry: the axis of a query-document table (one entry per training
-#: pair, plus the prior mean for unseen pairs).
-PAIRS = "pairs"
-#: In a ``param_shapes`` entry: an axis with one entry per rank.
-RANKS = "ranks"
 #: The Beta pseudo-counts ``(numerator, denominator)`` of ``fit`` by default.
 DEFAULT_PRIOR = (1.0, 2.0)
-
-
-def check_sessions(sessions: Any, *, name: str = "sessions") -> Sessions:
-    """Reject anything but a non-empty :class:`Sessions` with positive total weight."""
-    if not isinstance(sessions, Sessions):
-        raise ValueError(
-            f"{name} must be a jaxcal.clicks.Sessions (use Sessions.from_arrays or a reader); "
-            f"got {type(sessions).__name__}."
-        )
-    if sessions.n_sessions == 0:
-        raise ValueError(f"{name} is empty; need at least one session.")
-    if not np.sum(np.asarray(sessions.weight)) > 0:
-        raise ValueError(f"{name} has zero total weight.")
-    return sessions
-
-
-def check_click_arrays(
-    probs: Any, clicks: Any, mask: Any = None, sample_weight: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Validate ``[S, n]`` predicted click probabilities and observed clicks eagerly (the
-    click metrics and the per-rank calibration); masked entries may hold anything.
-
-    Args:
-        probs: ``[S, n]`` predicted click probabilities.
-        clicks: ``[S, n]`` observed clicks.
-        mask: ``[S, n]`` real results (default all).
-        sample_weight: ``[S]`` session multiplicities (default 1).
-
-    Returns:
-        ``(probs, clicks, mask, weight)``: float64 ``[S, n]`` probabilities and clicks, the
-        boolean ``[S, n]`` mask and float64 ``[S]`` weights.
-
-    Raises:
-        ValueError: on shape mismatches, an empty mask, probabilities outside [0, 1], clicks
-            not 0/1, or weights that are negative, not finite or give the unmasked results
-            zero total weight.
-    """
-    p = np.asarray(probs, np.float64)
-    if p.ndim != 2 or p.size == 0:
-        raise ValueError(f"probs must be a non-empty [S, n] array; got shape {p.shape}.")
-    c = np.asarray(clicks)
-    if c.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but clicks {c.shape}.")
-    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask).astype(bool)
-    if m.shape != p.shape:
-        raise ValueError(f"shape mismatch: probs {p.shape} but mask {m.shape}.")
-    if not m.any():
-        raise ValueError("mask selects no results.")
-    pm = p[m]
-    if not np.isfinite(pm).all() or (pm < 0).any() or (pm > 1).any():
-        raise ValueError("probs must be finite probabilities in [0, 1] on unmasked entries.")
-    if not np.isin(c[m], (0, 1)).all():
-        raise ValueError(f"clicks must be 0/1; got values {np.unique(c[m])[:5].tolist()}.")
-    w = np.ones(p.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    if w.shape != (p.shape[0],) or not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError(f"sample_weight must be [{p.shape[0]}] finite and non-negative.")
-    if not (w[:, None] * m).sum() > 0:
-        raise ValueError("sample_weight gives the unmasked results zero total weight.")
-    return p, c.astype(np.float64), m, w
 
 
 def check_prior(prior: Any) -> tuple[float, float]:
@@ -163,128 +99,23 @@ def _check_em_options(max_iter: Any, tol: Any) -> tuple[int, float]:
     return int(max_iter), tol
 
 
-@partial(jit, static_argnames=("fn",))
-def _apply(fn: Callable, params: dict, qd: jax.Array, clicks: jax.Array, mask: jax.Array):
-    probs = fn(params, qd, clicks, mask)
-    return jnp.where(mask, probs, 0.0)
+#: the fitted type of a click model (``FittedPBM`` for ``PBM``, ...)
+FittedT = TypeVar("FittedT", bound=ClickModelFit)
 
 
-@pytree_dataclass
-class ClickModelFit:
-    """A fitted click model (immutable pytree; subclasses fix the model).
+class ClickModel(Generic[FittedT]):
+    """Base of the estimators, generic in the fitted type that ``fit`` returns (``PBM`` is
+    a ``ClickModel[FittedPBM]``); subclasses set the class attributes below
+    (:func:`jaxcal.clicks._declare.estimator`).
 
-    Attributes:
-        pair_query, pair_doc: ``[P]`` the training (query, document) pairs, sorted.
-        params: dict of parameter arrays; query-document parameters are ``[P + 1]`` (the
-            last entry is the prior mean, predicted for unseen pairs), rank parameters
-            ``[n]`` (``[n, n]`` for UBM), global ones scalars.
-        n_iter: EM iterations run (0 for closed-form models).
-        history: ``[max_iter]`` log posterior of each EM iterate (NaN after stopping).
-        prior: the Beta pseudo-counts ``(numerator, denominator)`` (with
-            ``prior="empirical"``: those of the rank and global parameters).
-        n_results: SERP length seen in training.
-        learned_prior: with ``prior="empirical"``, the learned pseudo-counts
-            ``(numerator, denominator)`` by table: ``{"alpha": [2]}`` (and ``"sigma"`` for
-            DBN and SDBN); what unseen pairs predict is ``numerator / denominator``; empty
-            otherwise.
+    Example:
+        >>> from jaxcal.clicks import DBN, FittedDBN
+        >>> from jaxcal.clicks._base import ClickModel
+        >>> isinstance(DBN(), ClickModel), DBN.fitted_class is FittedDBN
+        (True, True)
     """
 
-    pair_query: np.ndarray
-    pair_doc: np.ndarray
-    params: dict
-    n_iter: Any
-    history: Any
-    prior: tuple = static_field(default=(1.0, 2.0))
-    n_results: int = static_field(default=10)
-    learned_prior: dict = dataclasses.field(default_factory=dict)
-
-    model_name: ClassVar[str] = ""
-    #: parameter name -> shape, with :data:`PAIRS` for a query-document axis (``[P + 1]``)
-    #: and :data:`RANKS` for a per-rank one; other entries are fixed sizes
-    param_shapes: ClassVar[dict[str, tuple]] = {"alpha": (PAIRS,)}
-    _conditional_fn: ClassVar[Callable]
-    _marginal_fn: ClassVar[Callable]
-
-    # ------------------------------------------------------------------ lookups
-    def _encode(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        sessions = check_sessions(sessions)
-        n = sessions.n_results
-        if n > self.n_results:
-            raise ValueError(
-                f"sessions have {n} results per SERP but the model was fitted on "
-                f"{self.n_results}; rank parameters beyond rank {self.n_results} are unknown."
-            )
-        s = sessions.pad_to(self.n_results)
-        qd = lookup_pairs(PairIndex(np.asarray(self.pair_query), np.asarray(self.pair_doc)), s)
-        return qd, np.asarray(s.clicks), np.asarray(s.mask), n
-
-    def pair_value(self, name: str, query: ArrayLike, doc: ArrayLike) -> np.ndarray:
-        """Values of the query-document parameter ``name`` (e.g. ``"alpha"``) for pairs
-        (the prior mean for pairs unseen in training)."""
-        q = np.atleast_1d(np.asarray(query))
-        d = np.atleast_1d(np.asarray(doc))
-        q, d = np.broadcast_arrays(q, d)
-        fake = Sessions(
-            query=q.reshape(-1).astype(np.int32),
-            doc=d.reshape(-1, 1).astype(np.int32),
-            clicks=np.zeros((q.size, 1), np.int8),
-            mask=np.ones((q.size, 1), bool),
-            weight=np.ones(q.size),
-        )
-        qd = lookup_pairs(PairIndex(np.asarray(self.pair_query), np.asarray(self.pair_doc)), fake)
-        return np.asarray(self.params[name])[qd[:, 0]].reshape(q.shape)
-
-    def _predict(self, fn: Callable, sessions: Sessions) -> jax.Array:
-        qd, clicks, mask, n = self._encode(sessions)
-        dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        clicks = clicks.astype(dtype)
-        if _shapes.is_traced(self.params):  # inside the caller's jit: its shapes
-            return _apply(fn, self.params, qd, clicks, mask)[:, :n]
-        # sessions padded to their bucket (masked rows, sliced off), pair tables to theirs
-        # (never indexed: padded and unseen positions point at the prior-mean slot)
-        S = qd.shape[0]
-        rows = _shapes.padded_size(S, total=S * self.n_results)
-        fill = len(self.pair_query)
-        qd, clicks, mask = _shapes.pad_rows(rows, qd, clicks, mask, fills=(fill, 0, False))
-        out = _apply(fn, self._padded_params(), qd, clicks, mask)
-        return jax.device_put(np.asarray(out)[:S, :n])
-
-    def _padded_params(self) -> dict:
-        """``params`` with every pair table padded (by its last entry) to its bucket size."""
-        size = _shapes.padded_size(len(self.pair_query) + 1)
-        return {
-            k: _shapes.pad_axis(v, size, np.asarray(v)[-1]) if k in self.pair_params() else v
-            for k, v in self.params.items()
-        }
-
-    @classmethod
-    def pair_params(cls) -> tuple[str, ...]:
-        """Names of the query-document parameter tables (``[P + 1]``); the others are per
-        rank or global."""
-        return tuple(k for k, shape in cls.param_shapes.items() if PAIRS in shape)
-
-    # ------------------------------------------------------------------ predictions
-    def predict_conditional(self, sessions: Sessions) -> jax.Array:
-        """``P(C_r = 1 | C_1..C_{r-1})`` given the observed clicks above; ``[S, n]``
-        (0 on padded positions). Borisov et al. (2018), Eq. 1."""
-        return self._predict(type(self)._conditional_fn, sessions)
-
-    def predict_marginal(self, sessions: Sessions) -> jax.Array:
-        """Unconditional ``P(C_r = 1)`` (clicks above marginalised out); ``[S, n]`` (0 on
-        padded positions). Borisov et al. (2018), Eq. 2."""
-        return self._predict(type(self)._marginal_fn, sessions)
-
-    def __getattr__(self, name: str) -> Any:
-        params = self.__dict__.get("params")
-        if params is not None and name in params:
-            return params[name]
-        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
-
-
-class ClickModel:
-    """Base of the estimators: subclasses set the class attributes below."""
-
-    fitted_cls: ClassVar[type[ClickModelFit]]
+    fitted_class: ClassVar[type[ClickModelFit]]
     uses_em: ClassVar[bool] = False
     # EM models: stats(params, batch) -> (stats, loglik); closed form: stats(template, batch)
     _stats: ClassVar[Callable]
@@ -292,12 +123,12 @@ class ClickModel:
 
     @classmethod
     def _init(cls, n_pairs: int, n: int, dtype) -> dict:
-        """Initial parameters (NumPy arrays of 0.5, shaped by ``fitted_cls.param_shapes``):
+        """Initial parameters (NumPy arrays of 0.5, shaped by ``fitted_class.param_shapes``):
         pair tables ``[n_pairs]``, rank axes ``[n]``."""
         sizes = {PAIRS: n_pairs, RANKS: n}
         return {
             k: np.full(tuple(sizes.get(d, d) for d in shape), 0.5, dtype)
-            for k, shape in cls.fitted_cls.param_shapes.items()
+            for k, shape in cls.fitted_class.param_shapes.items()
         }
 
     def fit(
@@ -307,24 +138,20 @@ class ClickModel:
         prior: tuple[float, float] | str = DEFAULT_PRIOR,
         max_iter: int = 50,
         tol: float = 1e-6,
-        mesh: Mesh | None = None,
-        dedup: bool = True,
-        chunk_sessions: int | None = None,
-        spill: bool | str | os.PathLike | None = None,
-        verbose: bool = False,
-    ) -> ClickModelFit:
+        run: RunOptions | None = None,
+    ) -> FittedT:
         """Fit the model to a click log, in memory or streamed.
 
         Args:
-            sessions: the training log: a :class:`Sessions`, a path or list of paths
-                (Parquet, npz, TianGong-ST or Yandex text), or a zero-argument callable
-                returning an iterator of :class:`Sessions` chunks
-                (:mod:`jaxcal.clicks.sources`). Anything but a :class:`Sessions` is
-                streamed: read chunk by chunk on every EM iteration, so that memory holds
-                one chunk and the parameter tables, never the log. Under
-                ``jax.distributed`` (:func:`jaxcal.distributed.initialize`), each
-                process passes its own part of the log; the statistics are summed across
-                processes and every process returns the same model.
+            sessions: the training log (its sessions' ``weight`` are their
+                multiplicities): a :class:`Sessions`, a path or list of paths (Parquet,
+                npz, TianGong-ST or Yandex text), or a zero-argument callable returning an
+                iterator of :class:`Sessions` chunks (:mod:`jaxcal.clicks.sources`).
+                Anything but a :class:`Sessions` is streamed: read chunk by chunk on every
+                EM iteration, so that memory holds one chunk and the parameter tables, never
+                the log. Under ``jax.distributed`` (:func:`jaxcal.distributed.initialize`),
+                each process passes its own part of the log; the statistics are summed
+                across processes and every process returns the same model.
             prior: Beta pseudo-counts ``(numerator, denominator)`` added to every
                 parameter's sufficient statistics: ``theta = (num + sum posterior) /
                 (den + sum count)`` (default ``(1, 2)``: unseen pairs predict 0.5); or
@@ -336,44 +163,46 @@ class ClickModel:
                 (``learned_prior`` of the result); the other parameters keep ``(1, 2)``.
             max_iter: maximum EM iterations (ignored by closed-form models).
             tol: EM stops when no parameter changes by ``tol`` or more.
-            mesh: a 1-D ``jax.sharding.Mesh``; sessions are split across its devices and
-                the sufficient statistics summed with ``psum`` (same result as one device).
-            dedup: merge identical sessions first (same result, less work; a streamed
-                log is deduplicated chunk by chunk).
-            chunk_sessions: SERPs per chunk of a streamed log (default 100,000); given with
-                a :class:`Sessions` (or ``spill``), that log is streamed too.
-            spill: a streamed log is read from its source on every iteration (``None``,
-                the default), or written once, deduplicated and encoded, to a folder
-                (a path, which must be empty or new; ``True``: a temporary folder, removed
-                afterwards) and read from there (faster when the source is slow to parse).
-            verbose: print one line per EM iteration (log-likelihood, sessions per second)
-                to stderr.
+            run: how the fit runs (:class:`RunOptions`: deduplication, chunks, spilling,
+                device mesh, progress lines; default ``RunOptions()``). The options change
+                the work, not the fitted numbers (beyond float rounding).
 
         Returns:
-            The fitted model (a pytree; ``.predict_conditional``, ``.predict_marginal``).
+            The fitted model (an immutable pytree of the estimator's ``fitted_class``:
+            ``.predict_conditional``, ``.predict_marginal``).
 
         Raises:
-            ValueError: on a bad log, prior, ``max_iter``, ``tol``, ``chunk_sessions`` or
-                source.
+            ValueError: on a bad log, prior, ``max_iter``, ``tol``, ``run`` or source.
+
+        Example:
+            >>> import jax
+            >>> from jaxcal.clicks import DBN, FittedDBN, RunOptions, example_params, simulate
+            >>> log = simulate("DBN", example_params("DBN", n_queries=2, key=jax.random.key(0)),
+            ...                300, key=jax.random.key(1))
+            >>> fitted = DBN().fit(log, prior=(1, 5), max_iter=10, run=RunOptions(dedup=False))
+            >>> isinstance(fitted, FittedDBN), int(fitted.n_iter) <= 10
+            (True, True)
         """
         (a, b), empirical = _resolve_prior(prior)
-        if empirical and _empirical.TABLE not in self.fitted_cls.pair_params():
+        if empirical and _empirical.TABLE not in self.fitted_class.pair_params():
             raise ValueError(
                 f'prior="empirical" learns the prior of an attractiveness table; '
                 f"{type(self).__name__} has none (use a fixed prior)."
             )
         max_iter, tol = _check_em_options(max_iter, tol)
-        if mesh is not None and not isinstance(mesh, Mesh):
-            raise ValueError(f"mesh must be a jax.sharding.Mesh or None; got {type(mesh)}.")
+        if run is None:
+            run = RunOptions()
+        elif not isinstance(run, RunOptions):
+            raise ValueError(
+                f"run must be a jaxcal.clicks.RunOptions or None; got {type(run).__name__}."
+            )
+        mesh = run.mesh
         streamed = (
-            not isinstance(sessions, Sessions)
-            or chunk_sessions is not None
-            or spill not in (None, False)
-            or distributed.process_count() > 1
+            not isinstance(sessions, Sessions) or run.streams or distributed.process_count() > 1
         )
         if not streamed:
             sessions = check_sessions(sessions)
-            if dedup:
+            if run.dedup:
                 sessions = sessions.deduplicate()
             index, qd = encode_pairs(sessions)
             S, n = qd.shape
@@ -393,22 +222,21 @@ class ClickModel:
             return self._empirical(fit, [batch]) if empirical else fit()
         if isinstance(sessions, Sessions):
             check_sessions(sessions)
-        size = 100_000 if chunk_sessions is None else chunk_sessions
-        chunks = chunk_source(sessions, chunk_sessions=size)
-        with spill_folder(spill) as folder:
+        chunks = chunk_source(sessions, chunk_sessions=run.chunk_size)
+        with spill_folder(run.spill) as folder:
             start = time.perf_counter()
-            scan = scan_log(chunks, dedup=dedup, spill=folder)
+            scan = scan_log(chunks, dedup=run.dedup, spill=folder)
             seconds = time.perf_counter() - start
             log(
                 f"read {scan.sessions} rows ({scan.weight:.0f} sessions) in {scan.n_chunks} "
                 f"chunks, {len(scan.keys)} query-document pairs, {seconds:.1f}s",
-                quiet=not verbose,
+                quiet=not run.progress,
             )
             index = PairIndex(
                 query=(scan.keys // np.int64(2**31)).astype(np.int32),
                 doc=(scan.keys % np.int64(2**31)).astype(np.int32),
             )
-            stream = partial(_Streamed, chunks, scan, dedup, verbose)
+            stream = partial(_Streamed, chunks, scan, run.dedup, run.progress)
             fit = partial(
                 self._fit_batch, None, index, scan.n_results, (a, b), max_iter, tol, mesh, stream
             )
@@ -441,7 +269,7 @@ class ClickModel:
         n_pairs = index.query.shape[0] + 1
         table = _shapes.padded_size(n_pairs)
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
-        pair_params = self.fitted_cls.pair_params()
+        pair_params = self.fitted_class.pair_params()
         params0 = self._init(table, n, dtype)
         stats_fn, mstep_fn = type(self)._stats, type(self)._mstep
         prior_arr = {
@@ -459,7 +287,7 @@ class ClickModel:
                 )  # fmt: skip
                 params, n_iter, history = res.params, res.n_iter, res.history
             else:
-                params, n_iter, history = stream(self.fitted_cls.model_name).em(
+                params, n_iter, history = stream(self.fitted_class.model_name).em(
                     stats_fn, mstep_fn, params0, prior_arr, tol, valid, max_iter, mesh
                 )
                 n_iter, history = jax.device_put(np.asarray(n_iter, np.int32)), history
@@ -473,7 +301,7 @@ class ClickModel:
         params = {
             k: _shapes.unpad(v, n_pairs) if k in pair_params else v for k, v in params.items()
         }
-        return self.fitted_cls(
+        return self.fitted_class(
             pair_query=index.query,
             pair_doc=index.doc,
             params=params,
@@ -491,13 +319,13 @@ class _Streamed:
     chunks: Callable
     scan: Any
     dedup: bool
-    verbose: bool
+    progress: bool
     name: str
 
     def em(self, stats_fn, mstep_fn, params0, prior, tol, valid, max_iter, mesh):
         return stream_em(
             stats_fn, mstep_fn, params0, self.chunks, self.scan, prior, tol, valid,
-            max_iter=max_iter, mesh=mesh, dedup=self.dedup, verbose=self.verbose,
+            max_iter=max_iter, mesh=mesh, dedup=self.dedup, progress=self.progress,
             name=self.name,
         )  # fmt: skip
 

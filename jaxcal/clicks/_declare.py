@@ -4,7 +4,7 @@ click probabilities, and its E-step or closed-form statistics) into its fitted c
 (:class:`~jaxcal.clicks._base.ClickModel`, :func:`estimator`).
 
 The decorators only set the class attributes that the bases read (``model_name``,
-``_conditional_fn``, ``_marginal_fn``, ``_continuation_fn``; ``fitted_cls``, ``uses_em``,
+``_conditional_fn``, ``_marginal_fn``, ``_continuation_fn``; ``fitted_class``, ``uses_em``,
 ``_stats``) and make the classes frozen dataclasses (the fitted one a pytree); the parameter
 shapes stay in the fitted class's body (``param_shapes``).
 """
@@ -54,12 +54,12 @@ def fitted_model(
     return declare
 
 
-def estimator(fitted_cls: type, stats: Callable, *, em: bool = False) -> Callable[[T], T]:
+def estimator(fitted_class: type, stats: Callable, *, em: bool = False) -> Callable[[T], T]:
     """Class decorator of a click-model estimator (a ``ClickModel`` subclass, made a frozen
     dataclass: its options are those of ``fit``).
 
     Args:
-        fitted_cls: the fitted class that ``fit`` returns (declared by
+        fitted_class: the fitted class that ``fit`` returns (declared by
             :func:`fitted_model`).
         stats: with ``em``, the E-step ``(params, batch) -> (stats, loglik)`` that EM
             iterates; otherwise the closed-form sufficient statistics ``(template, batch)
@@ -68,7 +68,7 @@ def estimator(fitted_cls: type, stats: Callable, *, em: bool = False) -> Callabl
     """
 
     def declare(cls: T) -> T:
-        cls.fitted_cls = fitted_cls
+        cls.fitted_class = fitted_class
         cls.uses_em = em
         cls._stats = staticmethod(stats)
         return dataclasses.dataclass(frozen=True)(cls)

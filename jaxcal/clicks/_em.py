@@ -89,6 +89,16 @@ class EMResult(NamedTuple):
             models).
         history: ``[max_iter]`` the log posterior of each iterate, NaN after stopping
             (``[0]`` for closed-form models).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import EMResult, PBM, encode_sessions, example_params
+        >>> from jaxcal.clicks import fit_arrays, simulate
+        >>> truth = example_params("PBM", n_queries=2, key=jax.random.key(0))
+        >>> arrays, _ = encode_sessions(simulate("PBM", truth, 200, key=jax.random.key(1)))
+        >>> result = fit_arrays(PBM(), arrays, max_iter=8)
+        >>> isinstance(result, EMResult), result.history.shape
+        (True, (8,))
     """
 
     params: Any

@@ -44,6 +44,13 @@ class SessionArrays(NamedTuple):
             parameters (the pairs and the unseen-pair slot), ``False`` on the padding entries
             that give several logs one table size (no session uses them; they stay at the
             prior mean and are left out of the objective).
+
+    Example:
+        >>> from jaxcal.clicks import SessionArrays, Sessions, encode_sessions
+        >>> log = Sessions.from_arrays([0, 1], [[1, 2], [1, 3]], [[1, 0], [0, 0]])
+        >>> arrays, _ = encode_sessions(log, n_sessions=4, n_pairs=8)
+        >>> isinstance(arrays, SessionArrays), arrays.pair_ids.shape, arrays.weight.tolist()
+        (True, (4, 2), [1.0, 1.0, 0.0, 0.0])
     """
 
     pair_ids: jax.Array
@@ -109,6 +116,16 @@ def encode_sessions(
     Raises:
         ValueError: if ``sessions`` is not a non-empty log, ``pairs`` is not sorted, or a
             size is smaller than the log's.
+
+    Example:
+        >>> from jaxcal.clicks import Sessions, encode_sessions
+        >>> train = Sessions.from_arrays([0, 1], [[1, 2], [1, 3]], [[1, 0], [0, 0]])
+        >>> arrays, pairs = encode_sessions(train)
+        >>> arrays.pair_ids.tolist(), pairs.doc.tolist()  # pairs (0, 1), (0, 2), (1, 1), (1, 3)
+        ([[0, 1], [2, 3]], [1, 2, 1, 3])
+        >>> test = Sessions.from_arrays([0], [[2, 7]], [[0, 1]])
+        >>> encode_sessions(test, pairs=pairs)[0].pair_ids.tolist()  # 4: an unseen pair
+        [[1, 4]]
     """
     sessions = check_sessions(sessions)
     S, n = sessions.n_sessions, sessions.n_results

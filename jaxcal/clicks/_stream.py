@@ -244,7 +244,7 @@ def stream_em(
     max_iter: int,
     mesh: Mesh | None,
     dedup: bool,
-    verbose: bool,
+    progress: bool,
     name: str,
 ) -> tuple[Any, int, np.ndarray]:
     """EM over a streamed log: ``(params, iterations, objective trace)`` (module docstring)."""
@@ -262,7 +262,7 @@ def stream_em(
         params = new
         it += 1
         delta = float(delta)
-        if verbose:
+        if progress:
             seconds = time.perf_counter() - start
             log(
                 f"{name} iteration {it}: log-likelihood {float(ll):.6f}, log posterior "

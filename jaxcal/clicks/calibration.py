@@ -43,7 +43,8 @@ from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
 from jaxcal.calibrators import IsotonicCalibration
-from jaxcal.clicks._base import ClickModelFit, check_click_arrays, check_sessions
+from jaxcal.clicks._checks import check_click_arrays, check_sessions
+from jaxcal.clicks._fitted import ClickModelFit
 from jaxcal.clicks.sessions import Sessions
 
 __all__ = [
@@ -63,6 +64,15 @@ class FittedRankCalibration:
             last real knot with positions above 1 carrying the last value).
         knots_y: ``[n, K]`` non-decreasing calibrated probabilities at the knots.
         trim: the ``delta`` of the trimming to ``[delta, 1 - delta]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import FittedRankCalibration, RankCalibration
+        >>> probs = np.array([[0.1, 0.2], [0.4, 0.3], [0.8, 0.6], [0.9, 0.7]])
+        >>> clicks = np.array([[0, 0], [1, 0], [0, 1], [1, 1]])
+        >>> fitted = RankCalibration().fit(probs, clicks)
+        >>> isinstance(fitted, FittedRankCalibration), fitted.knots_x.shape[0]  # 2 ranks
+        (True, 2)
     """
 
     knots_x: jax.Array
@@ -71,13 +81,38 @@ class FittedRankCalibration:
 
     @property
     def n_results(self) -> int:
-        """Number of ranks with a map."""
+        """Number of ranks with a map.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.clicks import RankCalibration
+            >>> probs = np.array([[0.2, 0.1, 0.3], [0.6, 0.5, 0.4]])
+            >>> RankCalibration().fit(probs, [[0, 0, 1], [1, 0, 0]]).n_results
+            3
+        """
         return int(self.knots_x.shape[0])
 
-    def apply(self, probs: ArrayLike) -> jax.Array:
+    def predict(self, probs: ArrayLike) -> jax.Array:
         """Calibrated ``[S, n]`` probabilities: ``g_r(probs[:, r])`` for every rank ``r``.
 
         Traceable (usable inside ``jit``); ``probs`` may have fewer ranks than the map.
+
+        Args:
+            probs: ``[S, n]`` click probabilities of the kind the maps were fitted on.
+
+        Returns:
+            ``[S, n]`` calibrated probabilities.
+
+        Raises:
+            ValueError: for ``probs`` that are not ``[S, n]`` with ``n <= n_results``.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.clicks import RankCalibration
+            >>> probs = np.array([[0.1], [0.3], [0.6], [0.9]])
+            >>> fitted = RankCalibration(trim=0.0).fit(probs, [[0], [1], [0], [1]])
+            >>> fitted.predict(np.array([[0.05], [0.45], [0.95]])).tolist()  # PAV pools 0.3, 0.6
+            [[0.0], [0.5], [1.0]]
         """
         return _apply_maps(self, probs, None)
 
@@ -134,11 +169,20 @@ class RankCalibration:
         >>> probs = rng.uniform(size=(500, 3))
         >>> clicks = (rng.uniform(size=(500, 3)) < probs**2).astype(int)
         >>> cal = RankCalibration().fit(probs, clicks)
-        >>> cal.apply(probs).shape
+        >>> cal.predict(probs).shape
         (500, 3)
+        >>> RankCalibration(trim=0.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: trim must lie in [0, 0.5); got 0.5.
     """
 
     trim: float = 0.01
+
+    def __post_init__(self) -> None:
+        ok = isinstance(self.trim, int | float | np.integer | np.floating)
+        if isinstance(self.trim, bool) or not (ok and 0.0 <= self.trim < 0.5):
+            raise ValueError(f"trim must lie in [0, 0.5); got {self.trim!r}.")
 
     def fit(
         self,
@@ -163,11 +207,18 @@ class RankCalibration:
 
         Raises:
             ValueError: on shape mismatches, probabilities outside [0, 1], clicks not 0/1,
-                bad weights, or ``trim`` outside ``[0, 0.5)``.
+                or bad weights.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.clicks import RankCalibration
+            >>> probs = np.array([[0.1, 0.5], [0.3, 0.5], [0.6, 0.5]])
+            >>> clicks = np.array([[0, 1], [1, 1], [1, 1]])  # rank 2 always clicked
+            >>> fitted = RankCalibration(trim=0.01).fit(probs, clicks)
+            >>> fitted.predict(probs)[:, 1].tolist()  # all ones, trimmed to 0.99
+            [0.99, 0.99, 0.99]
         """
         trim = float(self.trim)
-        if not 0.0 <= trim < 0.5:
-            raise ValueError(f"trim must lie in [0, 0.5); got {self.trim!r}.")
         p, c, m, w = check_click_arrays(probs, clicks, mask, sample_weight)
         sel = m & (w[:, None] > 0)
         per_rank = [
@@ -214,6 +265,15 @@ class CalibratedClickModel:
         model: the fitted click model.
         conditional: :class:`FittedRankCalibration` of ``P(C_r = 1 | C_<r)``.
         marginal: :class:`FittedRankCalibration` of ``P(C_r = 1)``.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import CalibratedClickModel, PBM, Sessions, calibrate_click_model
+        >>> log = Sessions.from_arrays([0, 0, 1], [[1, 2], [2, 1], [1, 2]],
+        ...                            [[1, 0], [0, 0], [1, 1]])
+        >>> cal = calibrate_click_model(PBM().fit(log, max_iter=5), log)
+        >>> isinstance(cal, CalibratedClickModel), cal.marginal.n_results
+        (True, 2)
     """
 
     model: Any
@@ -221,12 +281,28 @@ class CalibratedClickModel:
     marginal: FittedRankCalibration
 
     def predict_conditional(self, sessions: Sessions) -> jax.Array:
-        """Calibrated ``P(C_r = 1 | C_<r)``, ``[S, n]`` (0 on padded positions)."""
+        """Calibrated ``P(C_r = 1 | C_<r)``, ``[S, n]`` (0 on padded positions).
+
+        Example:
+            >>> from jaxcal.clicks import CascadeModel, Sessions, calibrate_click_model
+            >>> log = Sessions.from_arrays([0, 0], [[1, 2], [1, 2]], [[1, 0], [0, 1]])
+            >>> cal = calibrate_click_model(CascadeModel().fit(log), log)
+            >>> cal.predict_conditional(log).shape
+            (2, 2)
+        """
         s = check_sessions(sessions)
         return _apply_maps(self.conditional, self.model.predict_conditional(s), s.mask)
 
     def predict_marginal(self, sessions: Sessions) -> jax.Array:
-        """Calibrated ``P(C_r = 1)``, ``[S, n]`` (0 on padded positions)."""
+        """Calibrated ``P(C_r = 1)``, ``[S, n]`` (0 on padded positions).
+
+        Example:
+            >>> from jaxcal.clicks import GCTR, Sessions, calibrate_click_model
+            >>> log = Sessions.from_arrays([0, 0], [[1, 2], [1, 2]], [[1, 0], [1, 0]])
+            >>> cal = calibrate_click_model(GCTR().fit(log), log)  # one value, one bucket
+            >>> cal.predict_marginal(log).tolist()  # each rank's click rate, trimmed
+            [[0.99, 0.01], [0.99, 0.01]]
+        """
         s = check_sessions(sessions)
         return _apply_maps(self.marginal, self.model.predict_marginal(s), s.mask)
 
@@ -240,7 +316,7 @@ def calibrate_click_model(
     Args:
         model: a fitted click model (``jaxcal.clicks.DBN().fit(train)``, ...).
         dev: the development log (not used to train ``model``).
-        trim: trimming ``delta`` (default 0.01, as in the paper).
+        trim: trimming ``delta`` in ``[0, 0.5)`` (default 0.01, as in the paper).
 
     Returns:
         :class:`CalibratedClickModel` (``predict_conditional`` / ``predict_marginal``).
@@ -248,17 +324,17 @@ def calibrate_click_model(
     Example:
         >>> import jax
         >>> from jaxcal.clicks import DBN, simulate, example_params, calibrate_click_model
-        >>> p = example_params("DBN")
+        >>> p = example_params("DBN", key=jax.random.key(0))
         >>> train = simulate("DBN", p, 1000, key=jax.random.key(0))
         >>> dev = simulate("DBN", p, 1000, key=jax.random.key(1))
         >>> cal = calibrate_click_model(DBN().fit(train, prior=(1, 10)), dev)
         >>> cal.predict_marginal(dev).shape  # [sessions, ranks]
         (1000, 10)
     """
+    rc = RankCalibration(trim=trim)
     if not isinstance(model, ClickModelFit):
         raise ValueError(f"model must be a fitted click model; got {type(model).__name__}.")
     dev = check_sessions(dev, name="dev")
-    rc = RankCalibration(trim=trim)
     kw = {"mask": dev.mask, "sample_weight": dev.weight}
     return CalibratedClickModel(
         model=model,

@@ -22,7 +22,16 @@ __all__ = ["CascadeModel", "FittedCascadeModel", "first_click_or_end"]
 
 
 def first_click_or_end(clicks, mask):
-    """1-based rank of the first click, or the SERP length when there is none; ``[S, 1]``."""
+    """1-based rank of the first click, or the SERP length when there is none; ``[S, 1]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.cascade import first_click_or_end
+        >>> clicks = np.array([[0, 1, 1], [0, 0, 0], [0, 0, 0]])
+        >>> mask = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 0]], bool)
+        >>> first_click_or_end(clicks, mask).tolist()
+        [[2], [3], [2]]
+    """
     n = clicks.shape[1]
     ranks = jnp.arange(1, n + 1)
     first = jnp.min(jnp.where(clicks > 0, ranks, n + 1), axis=1, keepdims=True)
@@ -51,9 +60,27 @@ def _marginal(params, qd, clicks, mask):
 
 @fitted_model("CM", _conditional, _marginal)
 class FittedCascadeModel(ClickModelFit):
-    """Fitted cascade model: ``params["alpha"]`` (``[P + 1]``)."""
+    """Fitted cascade model: ``params["alpha"]`` (``[P + 1]``).
+
+    Example:
+        >>> from jaxcal.clicks import CascadeModel, FittedCascadeModel, Sessions
+        >>> s = Sessions.from_arrays([0], [[1, 2, 3]], [[0, 1, 0]])
+        >>> fitted = CascadeModel().fit(s)  # rank 3 lies after the click: not examined
+        >>> isinstance(fitted, FittedCascadeModel), fitted.params["alpha"].round(4).tolist()
+        (True, [0.3333, 0.6667, 0.5, 0.5])
+    """
 
 
 @estimator(FittedCascadeModel, _stats)
-class CascadeModel(ClickModel):
-    """Cascade model, closed-form MLE (see the module docstring)."""
+class CascadeModel(ClickModel[FittedCascadeModel]):
+    """Cascade model, closed-form MLE (see the module docstring); no hyperparameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import CascadeModel, example_params, simulate
+        >>> truth = example_params("CM", n_queries=2, key=jax.random.key(0))
+        >>> log = simulate("CM", truth, 500, key=jax.random.key(1))
+        >>> fitted = CascadeModel().fit(log)
+        >>> bool((fitted.predict_marginal(log).sum(axis=1) <= 1).all())  # one click at most
+        True
+    """

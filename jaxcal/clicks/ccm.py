@@ -28,14 +28,12 @@ Checked against brute-force enumeration of all hidden states (tests).
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
-from jaxcal._pytree import pytree_dataclass
 from jaxcal.clicks._base import PAIRS, ClickModel, ClickModelFit
 from jaxcal.clicks._chain import backward_rank_major, forward, marginal, posterior_ratio
+from jaxcal.clicks._declare import estimator, fitted_model
 from jaxcal.clicks._em import rank_major
 from jaxcal.clicks._stats import pair_sums
 
@@ -102,6 +100,14 @@ def ccm_posteriors_rank_major(a, tau, clicks, mask) -> dict[str, jax.Array]:
     Returns:
         dict of ``[n, S]`` arrays: ``p_attr``, ``p_rel``, ``cond`` and ``tau{k}_num`` /
         ``tau{k}_den`` for ``k = 1, 2, 3``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.ccm import ccm_posteriors_rank_major
+        >>> a, tau = np.full((2, 1), 0.5), np.array([1.0, 0.5, 0.5])
+        >>> post = ccm_posteriors_rank_major(a, tau, np.array([[1], [1]]), np.ones((2, 1), bool))
+        >>> post["cond"][:, 0].tolist()  # P(C_2 = 1 | C_1 = 1) = 0.5 (tau_2 = tau_3) * 0.5
+        [0.5, 0.25]
     """
     xs = (a, *_backward(a, tau, clicks, mask))
     _, out = jax.lax.scan(lambda eps, x: _rank_step(tau, eps, *x), jnp.ones_like(a[0]), xs)
@@ -116,6 +122,14 @@ def ccm_posteriors(alpha, tau, clicks, mask):
     Returns:
         dict with ``p_attr`` ``P(A_r = 1 | C)``, ``p_rel`` ``P(R_r = 1 | C)`` (0 on skips),
         ``tau_num`` / ``tau_den`` ``[3, S, n]`` and ``cond`` ``P(C_r = 1 | C_<r)``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.ccm import ccm_posteriors
+        >>> half, tau = np.full((1, 2), 0.5), np.array([1.0, 0.5, 0.5])
+        >>> post = ccm_posteriors(half, tau, np.array([[0, 1]]), np.ones((1, 2), bool))
+        >>> post["tau_num"].shape, post["p_attr"].tolist()  # a skip above a click
+        ((3, 1, 2), [[0.0, 1.0]])
     """
     a = jnp.where(mask, alpha, 0.0)
     post = ccm_posteriors_rank_major(a.T, tau, clicks.T, mask.T)
@@ -135,7 +149,19 @@ def ccm_stats(params, batch):
     of the forward scan emits its rank's weighted sums of the transition posteriors and of
     the log-likelihood, and per entry only the attractiveness evidence (summed by pair), so
     that no ``[n, S]`` array of posteriors is written and read back (10-20% less time per
-    EM iteration on CPU at 1e5 sessions). The same sums up to the order of float additions."""
+    EM iteration on CPU at 1e5 sessions). The same sums up to the order of float additions.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks._em import make_batch
+        >>> from jaxcal.clicks.ccm import ccm_stats
+        >>> batch = make_batch(np.array([[0, 1]]), np.array([[1, 0]]), np.ones((1, 2), bool),
+        ...                    np.ones(1), None)
+        >>> params = {"alpha": np.full(3, 0.5), "tau": np.array([0.5, 0.5, 0.5])}
+        >>> stats, loglik = ccm_stats(params, batch)
+        >>> stats["tau"][1].shape  # denominators of tau_1, tau_2, tau_3
+        (3,)
+    """
     qd, clicks, mask = rank_major(batch)
     a = jnp.where(mask, params["alpha"][qd], 0.0)
     tau = params["tau"]
@@ -165,20 +191,32 @@ def _marginal(params, qd, clicks, mask):
     return marginal(*_chain_params(params["alpha"][qd], params["tau"], mask))
 
 
-@pytree_dataclass
+@fitted_model("CCM", _conditional, _marginal)
 class FittedCCM(ClickModelFit):
-    """Fitted CCM: ``params["alpha"]`` (``[P + 1]``), ``params["tau"]`` (``[3]``)."""
+    """Fitted CCM: ``params["alpha"]`` (``[P + 1]``), ``params["tau"]`` (``[3]``).
 
-    model_name = "CCM"
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import CCM, FittedCCM, example_params, simulate
+        >>> log = simulate("CCM", example_params("CCM", n_queries=2, key=jax.random.key(0)),
+        ...                300, key=jax.random.key(1))
+        >>> fitted = CCM().fit(log, max_iter=10)
+        >>> isinstance(fitted, FittedCCM), fitted.params["tau"].shape
+        (True, (3,))
+    """
+
     param_shapes = {"alpha": (PAIRS,), "tau": (3,)}
-    _conditional_fn = staticmethod(_conditional)
-    _marginal_fn = staticmethod(_marginal)
 
 
-@dataclasses.dataclass(frozen=True)
-class CCM(ClickModel):
-    """Click chain model fitted by exact EM (module docstring)."""
+@estimator(FittedCCM, ccm_stats, em=True)
+class CCM(ClickModel[FittedCCM]):
+    """Click chain model fitted by exact EM (module docstring); no hyperparameters.
 
-    fitted_cls = FittedCCM
-    uses_em = True
-    _stats = staticmethod(ccm_stats)
+    Example:
+        >>> from jaxcal.clicks import CCM, Sessions
+        >>> s = Sessions.from_arrays([0, 0], [[1, 2], [2, 1]], [[1, 1], [0, 1]])
+        >>> fitted = CCM().fit(s, max_iter=5)
+        >>> p = fitted.predict_marginal(s)
+        >>> bool(((p >= 0) & (p <= 1)).all())
+        True
+    """

@@ -34,8 +34,8 @@ Example:
     >>> import jax, numpy as np
     >>> from jaxcal.clicks import DBN, simulate, example_params
     >>> from jaxcal.clicks import encode_sessions, fit_arrays, predict_marginal
-    >>> logs = [simulate("DBN", example_params("DBN", n_queries=3), 300, key=jax.random.key(i))
-    ...         for i in range(4)]
+    >>> truth = example_params("DBN", n_queries=3, key=jax.random.key(0))
+    >>> logs = [simulate("DBN", truth, 300, key=jax.random.key(i)) for i in range(4)]
     >>> encoded = [encode_sessions(log, n_pairs=64)[0] for log in logs]  # one shape
     >>> batch = jax.tree.map(lambda *x: np.stack(x), *encoded)  # [4, ...] leaves
     >>> fit_all = jax.jit(jax.vmap(lambda a: fit_arrays(DBN(), a, max_iter=20).params))
@@ -146,7 +146,7 @@ def _as_batch(arrays: SessionArrays, dtype: Any) -> Batch:
 
 
 def _param_valid(model: ClickModel, params: dict, pair_mask: jax.Array) -> dict:
-    pair_params = model.fitted_cls.pair_params()
+    pair_params = model.fitted_class.pair_params()
     return {
         k: pair_mask.astype(bool) if k in pair_params else jnp.ones(jnp.shape(v), bool)
         for k, v in params.items()
@@ -163,6 +163,13 @@ def init_params(model: ClickModel, arrays: SessionArrays) -> dict[str, np.ndarra
     Returns:
         A dict of NumPy arrays: pair tables ``[T]``, rank parameters ``[n]`` (``[n, n]`` for
         UBM), global ones scalars, in JAX's default float dtype.
+
+    Example:
+        >>> from jaxcal.clicks import DBN, Sessions, encode_sessions, init_params
+        >>> log = Sessions.from_arrays([0], [[1, 2, 3]], [[0, 1, 0]])
+        >>> arrays, _ = encode_sessions(log, n_pairs=8)
+        >>> {k: v.shape for k, v in init_params(DBN(), arrays).items()}
+        {'alpha': (8,), 'sigma': (8,), 'gamma': ()}
     """
     model = _check_model(model)
     n = np.shape(arrays.pair_ids)[1]
@@ -212,7 +219,8 @@ def fit_arrays(
     Example:
         >>> import jax
         >>> from jaxcal.clicks import PBM, simulate, example_params, encode_sessions, fit_arrays
-        >>> log = simulate("PBM", example_params("PBM", n_queries=2), 500, key=jax.random.key(0))
+        >>> truth = example_params("PBM", n_queries=2, key=jax.random.key(0))
+        >>> log = simulate("PBM", truth, 500, key=jax.random.key(0))
         >>> arrays, pairs = encode_sessions(log.deduplicate())
         >>> result = jax.jit(lambda a: fit_arrays(PBM(), a, max_iter=30))(arrays)
         >>> result.params["gamma"].shape, int(result.n_iter) <= 30
@@ -225,7 +233,7 @@ def fit_arrays(
     if tol is not None and not is_traced(tol):
         if not (np.ndim(tol) == 0 and np.isfinite(float(tol)) and float(tol) >= 0):
             raise ValueError(f"tol must be a finite number >= 0 or None; got {tol!r}.")
-    names = tuple(model.fitted_cls.param_shapes)
+    names = tuple(model.fitted_class.param_shapes)
     prior = _prior_tree(prior, names, dtype)
     tol = None if tol is None else jnp.asarray(tol, dtype)
     return _fit(model, arrays, prior, tol, max_iter=max_iter)
@@ -280,6 +288,20 @@ def em_step(
 
     Raises:
         ValueError: for a closed-form model (it has no EM step: use :func:`fit_arrays`).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import PBM, em_step, encode_sessions, example_params
+        >>> from jaxcal.clicks import init_params, simulate
+        >>> truth = example_params("PBM", n_queries=2, key=jax.random.key(0))
+        >>> arrays, _ = encode_sessions(simulate("PBM", truth, 200, key=jax.random.key(1)))
+        >>> params = init_params(PBM(), arrays)
+        >>> objectives = []
+        >>> for _ in range(3):
+        ...     params, objective = em_step(PBM(), params, arrays)
+        ...     objectives.append(float(objective))
+        >>> objectives == sorted(objectives)  # EM never decreases the log posterior
+        True
     """
     model = _check_model(model)
     if not model.uses_em:
@@ -323,8 +345,16 @@ def predict_conditional(model: ClickModel, params: dict, arrays: SessionArrays) 
 
     Returns:
         ``[S, n]`` probabilities, 0 on padded ranks.
+
+    Example:
+        >>> from jaxcal.clicks import CascadeModel, Sessions, encode_sessions, fit_arrays
+        >>> from jaxcal.clicks import predict_conditional
+        >>> arrays, _ = encode_sessions(Sessions.from_arrays([0], [[1, 2]], [[1, 0]]))
+        >>> params = fit_arrays(CascadeModel(), arrays).params
+        >>> predict_conditional(CascadeModel(), params, arrays).round(4).tolist()
+        [[0.6667, 0.0]]
     """
-    return _probs(_check_model(model).fitted_cls._conditional_fn, params, arrays)
+    return _probs(_check_model(model).fitted_class._conditional_fn, params, arrays)
 
 
 def predict_marginal(model: ClickModel, params: dict, arrays: SessionArrays) -> jax.Array:
@@ -333,8 +363,16 @@ def predict_marginal(model: ClickModel, params: dict, arrays: SessionArrays) -> 
 
     Returns:
         ``[S, n]`` probabilities, 0 on padded ranks.
+
+    Example:
+        >>> from jaxcal.clicks import CascadeModel, Sessions, encode_sessions, fit_arrays
+        >>> from jaxcal.clicks import predict_marginal
+        >>> arrays, _ = encode_sessions(Sessions.from_arrays([0], [[1, 2]], [[1, 0]]))
+        >>> params = fit_arrays(CascadeModel(), arrays).params  # alpha: 2/3, 1/2
+        >>> predict_marginal(CascadeModel(), params, arrays).round(4).tolist()
+        [[0.6667, 0.1667]]
     """
-    return _probs(_check_model(model).fitted_cls._marginal_fn, params, arrays)
+    return _probs(_check_model(model).fitted_class._marginal_fn, params, arrays)
 
 
 def relevance(model: ClickModel, params: dict, arrays: SessionArrays) -> jax.Array:
@@ -355,9 +393,16 @@ def relevance(model: ClickModel, params: dict, arrays: SessionArrays) -> jax.Arr
 
     Raises:
         ValueError: for GCTR and RCTR, whose parameters do not depend on the document.
+
+    Example:
+        >>> from jaxcal.clicks import SDBN, Sessions, encode_sessions, fit_arrays, relevance
+        >>> arrays, _ = encode_sessions(Sessions.from_arrays([0], [[1, 2]], [[1, 0]]))
+        >>> params = fit_arrays(SDBN(), arrays).params  # alpha 2/3, 1/2; sigma 2/3, 1/2
+        >>> relevance(SDBN(), params, arrays).round(4).tolist()  # alpha * sigma
+        [[0.4444, 0.25]]
     """
     model = _check_model(model)
-    if "alpha" not in model.fitted_cls.pair_params():
+    if "alpha" not in model.fitted_class.pair_params():
         raise ValueError(
             f"{type(model).__name__} has no query-document parameter, so no relevance."
         )
@@ -379,6 +424,15 @@ def click_log_likelihood(model: ClickModel, params: dict, arrays: SessionArrays)
     Returns:
         ``[]`` log-likelihood (``-inf`` for a click the model gives probability 0, e.g. a
         second click under the cascade model).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import DCTR, Sessions, click_log_likelihood, encode_sessions
+        >>> from jaxcal.clicks import fit_arrays
+        >>> arrays, _ = encode_sessions(Sessions.from_arrays([0], [[1, 2]], [[1, 0]]))
+        >>> params = fit_arrays(DCTR(), arrays).params  # alpha 2/3, 1/3
+        >>> float(click_log_likelihood(DCTR(), params, arrays))  # log(2/3) + log(2/3)
+        -0.8109...
     """
     cond = predict_conditional(model, params, arrays)
     mask = arrays.mask.astype(bool)
@@ -402,6 +456,15 @@ def log_posterior(
 
     Returns:
         ``[]`` log posterior (up to the priors' normalising constants).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import DCTR, Sessions, encode_sessions, fit_arrays, log_posterior
+        >>> arrays, _ = encode_sessions(Sessions.from_arrays([0], [[1, 2]], [[1, 0]]))
+        >>> params = fit_arrays(DCTR(), arrays).params
+        >>> grad = jax.grad(lambda p: log_posterior(DCTR(), p, arrays))(params)
+        >>> bool(abs(grad["alpha"][:2]).max() < 1e-4)  # the closed form maximises it
+        True
     """
     model = _check_model(model)
     dtype = jax.tree_util.tree_leaves(params)[0].dtype

@@ -66,6 +66,15 @@ def dbn_posteriors_rank_major(a, sigma, gamma, clicks, mask) -> dict[str, jax.Ar
 
     Returns:
         dict of ``[n, S]`` arrays (keys as :func:`dbn_posteriors`).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.dbn import dbn_posteriors_rank_major
+        >>> a = np.full((2, 1), 0.5)  # two ranks, one session
+        >>> clicks, mask = np.array([[1], [0]]), np.ones((2, 1), bool)
+        >>> post = dbn_posteriors_rank_major(a, a, 1.0, clicks, mask)
+        >>> post["p_sat"][:, 0].tolist()  # satisfied at the last click: 0.5 / (1 - 0.25)
+        [0.666..., 0.0]
     """
     c = clicks > 0
     has_next = jnp.concatenate([mask[1:], jnp.zeros_like(mask[:1])], axis=0)
@@ -100,6 +109,14 @@ def dbn_posteriors(alpha, sigma, gamma, clicks, mask):
         dict with ``p_attr`` ``P(A_r = 1 | C)``, ``p_sat`` ``P(S_r = 1 | C)`` (0 on skips),
         ``gamma_num`` / ``gamma_den`` (0 where rank ``r + 1`` does not exist), ``cond``
         ``P(C_r = 1 | C_<r)``; all ``[S, n]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.dbn import dbn_posteriors
+        >>> half = np.full((1, 2), 0.5)
+        >>> post = dbn_posteriors(half, half, 1.0, np.array([[0, 1]]), np.ones((1, 2), bool))
+        >>> post["p_attr"].tolist()  # a skip above a click: not attractive
+        [[0.0, 1.0]]
     """
     a = jnp.where(mask, alpha, 0.0)
     post = dbn_posteriors_rank_major(a.T, sigma.T, gamma, clicks.T, mask.T)
@@ -111,6 +128,17 @@ def dbn_stats(params, batch):
 
     Works on the rank-major copies of the log; the four pair sums are one ``segment_sum``
     of ``[S n, 4]`` rows.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks._em import make_batch
+        >>> from jaxcal.clicks.dbn import dbn_stats
+        >>> batch = make_batch(np.array([[0, 1]]), np.array([[1, 0]]), np.ones((1, 2), bool),
+        ...                    np.ones(1), None)
+        >>> params = {"alpha": np.full(3, 0.5), "sigma": np.full(3, 0.5), "gamma": 0.5}
+        >>> stats, loglik = dbn_stats(params, batch)
+        >>> stats["sigma"][1].tolist()  # satisfaction trials: the clicks on each pair
+        [1.0, 0.0, 0.0]
     """
     qd, clicks, mask = rank_major(batch)
     a = jnp.where(mask, params["alpha"][qd], 0.0)
@@ -182,23 +210,62 @@ def _sdbn_stats(template, batch):
 
 @fitted_model("DBN", _dbn_conditional, _dbn_marginal, continuation=_dbn_continuation)
 class FittedDBN(ClickModelFit):
-    """Fitted DBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``), ``params["gamma"]``."""
+    """Fitted DBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``), ``params["gamma"]``.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import DBN, FittedDBN, example_params, simulate
+        >>> log = simulate("DBN", example_params("DBN", n_queries=2, key=jax.random.key(0)),
+        ...                300, key=jax.random.key(1))
+        >>> fitted = DBN().fit(log, max_iter=10)
+        >>> isinstance(fitted, FittedDBN), fitted.params["gamma"].shape  # one continuation
+        (True, ())
+    """
 
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,), "gamma": ()}
 
 
 @fitted_model("SDBN", _sdbn_conditional, _sdbn_marginal, continuation=_sdbn_continuation)
 class FittedSDBN(ClickModelFit):
-    """Fitted SDBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``)."""
+    """Fitted SDBN: ``params["alpha"]``, ``params["sigma"]`` (``[P + 1]``).
+
+    Example:
+        >>> from jaxcal.clicks import SDBN, FittedSDBN, Sessions
+        >>> s = Sessions.from_arrays([0, 0], [[1, 2], [1, 2]], [[1, 1], [1, 0]])
+        >>> fitted = SDBN().fit(s)  # doc 1: clicked twice, the last click once
+        >>> isinstance(fitted, FittedSDBN), fitted.pair_value("sigma", 0, 1).tolist()
+        (True, [0.5])
+    """
 
     param_shapes = {"alpha": (PAIRS,), "sigma": (PAIRS,)}
 
 
 @estimator(FittedDBN, dbn_stats, em=True)
-class DBN(ClickModel):
-    """Dynamic Bayesian network click model fitted by exact EM (module docstring)."""
+class DBN(ClickModel[FittedDBN]):
+    """Dynamic Bayesian network click model fitted by exact EM (module docstring); no
+    hyperparameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import DBN, example_params, simulate
+        >>> truth = example_params("DBN", n_queries=2, key=jax.random.key(0))
+        >>> log = simulate("DBN", truth, 2000, key=jax.random.key(1))
+        >>> fitted = DBN().fit(log, max_iter=30)
+        >>> bool(abs(fitted.params["gamma"] - truth["gamma"]) < 0.1)  # true gamma: 0.9
+        True
+    """
 
 
 @estimator(FittedSDBN, _sdbn_stats)
-class SDBN(ClickModel):
-    """Simplified DBN (``gamma = 1``), closed-form MLE (module docstring)."""
+class SDBN(ClickModel[FittedSDBN]):
+    """Simplified DBN (``gamma = 1``), closed-form MLE (module docstring); no
+    hyperparameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import SDBN, example_params, simulate
+        >>> truth = example_params("SDBN", n_queries=2, key=jax.random.key(0))
+        >>> log = simulate("SDBN", truth, 500, key=jax.random.key(1))
+        >>> SDBN().fit(log).predict_conditional(log).shape
+        (500, 10)
+    """

@@ -26,7 +26,15 @@ __all__ = ["DCM", "FittedDCM", "last_click_or_end"]
 
 
 def last_click_or_end(clicks, mask):
-    """1-based rank of the last click, or the SERP length when there is none; ``[S, 1]``."""
+    """1-based rank of the last click, or the SERP length when there is none; ``[S, 1]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.dcm import last_click_or_end
+        >>> clicks = np.array([[1, 1, 0], [0, 0, 0]])
+        >>> last_click_or_end(clicks, np.ones((2, 3), bool)).tolist()
+        [[2], [3]]
+    """
     last = last_click(clicks)
     return jnp.where(last > 0, last, jnp.sum(mask, axis=1, keepdims=True))
 
@@ -62,11 +70,29 @@ def _marginal(params, qd, clicks, mask):
 
 @fitted_model("DCM", _conditional, _marginal)
 class FittedDCM(ClickModelFit):
-    """Fitted DCM: ``params["alpha"]`` (``[P + 1]``), ``params["lambda"]`` (``[n]``)."""
+    """Fitted DCM: ``params["alpha"]`` (``[P + 1]``), ``params["lambda"]`` (``[n]``).
+
+    Example:
+        >>> from jaxcal.clicks import DCM, FittedDCM, Sessions
+        >>> s = Sessions.from_arrays([0, 0], [[1, 2], [1, 2]], [[1, 1], [1, 0]])
+        >>> fitted = DCM().fit(s)  # rank 1: 2 clicks, 1 not the last; rank 2: 1 click, last
+        >>> isinstance(fitted, FittedDCM), fitted.params["lambda"].tolist()
+        (True, [0.5, 0.333...])
+    """
 
     param_shapes = {"alpha": (PAIRS,), "lambda": (RANKS,)}
 
 
 @estimator(FittedDCM, _stats)
-class DCM(ClickModel):
-    """Dependent click model, closed-form MLE (see the module docstring)."""
+class DCM(ClickModel[FittedDCM]):
+    """Dependent click model, closed-form MLE (see the module docstring); no
+    hyperparameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import DCM, example_params, simulate
+        >>> truth = example_params("DCM", n_queries=2, key=jax.random.key(0))
+        >>> log = simulate("DCM", truth, 500, key=jax.random.key(1))
+        >>> DCM().fit(log).params["lambda"].shape  # one continuation per rank
+        (10,)
+    """

@@ -41,7 +41,15 @@ __all__ = [
 
 
 class PerplexityResult(NamedTuple):
-    """``average`` (mean over ranks) and ``by_rank`` (``[n]``) perplexity."""
+    """``average`` (mean over ranks) and ``by_rank`` (``[n]``) perplexity.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import perplexity
+        >>> result = perplexity([[0.5, 0.5]], [[1, 0]], [[True, False]])
+        >>> float(result.average), np.asarray(result.by_rank).tolist()  # rank 2: no session
+        (2.0, [2.0, nan])
+    """
 
     average: jax.Array
     by_rank: jax.Array
@@ -156,6 +164,16 @@ def log_likelihood(
 
     Returns:
         A scalar, or ``[S]`` for ``reduction="none"``.
+
+    Raises:
+        ValueError: on an unknown ``reduction``, or the inputs :func:`perplexity` rejects.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import log_likelihood
+        >>> probs, clicks = np.array([[0.5, 0.25]]), np.array([[1, 0]])
+        >>> float(log_likelihood(probs, clicks))  # log(0.5) + log(0.75)
+        -0.9808...
     """
     if reduction not in ("sum", "mean", "per_result", "none"):
         raise ValueError(f"reduction must be sum, mean, per_result or none; got {reduction!r}.")
@@ -173,9 +191,23 @@ def ctr_error(
 ) -> tuple[jax.Array, jax.Array]:
     """Per-rank CTR error: mean predicted ``P(C_r = 1)`` minus observed CTR at rank ``r``.
 
+    Args:
+        probs: ``[S, n]`` predicted ``P(C_r = 1)``.
+        clicks, mask, sample_weight: as in :func:`perplexity`.
+
     Returns:
         ``(rmse, by_rank)``: the root-mean-square of the per-rank errors over the ranks
         present, and the ``[n]`` signed errors (NaN for ranks with no session).
+
+    Raises:
+        ValueError: on the inputs :func:`perplexity` rejects.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import ctr_error
+        >>> rmse, by_rank = ctr_error(np.full((2, 2), 0.5), np.array([[1, 0], [1, 0]]))
+        >>> float(rmse), np.asarray(by_rank).tolist()  # predicted minus observed CTR
+        (0.5, [-0.5, 0.5])
     """
     (p, c, m, w, _), _ = _check(probs, clicks, mask, sample_weight, 0.0)
     return _ctr_error(p, c, m, w)
@@ -198,6 +230,12 @@ class ReliabilityByRank(NamedTuple):
 
     ``mean_pred``: weighted mean predicted probability in the bucket; ``ctr``: observed
     click-through rate; ``count``: total weight (NaN means where a bucket is empty).
+
+    Example:
+        >>> from jaxcal.clicks import reliability_by_rank
+        >>> diagram = reliability_by_rank([[0.1], [0.2], [0.9]], [[0], [1], [1]], n_bins=2)
+        >>> diagram.count.tolist(), diagram.ctr.tolist()  # [ranks, buckets]
+        ([[2.0, 1.0]], [[0.5, 1.0]])
     """
 
     mean_pred: np.ndarray
@@ -228,6 +266,15 @@ def reliability_by_rank(
 
     Raises:
         ValueError: on bad probabilities / clicks / weights, or ``n_bins < 1``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import reliability_by_rank
+        >>> probs = np.array([[0.1, 0.7], [0.3, 0.6], [0.8, 0.2]])
+        >>> clicks = np.array([[0, 1], [1, 1], [1, 0]])
+        >>> diagram = reliability_by_rank(probs, clicks, n_bins=2)
+        >>> diagram.mean_pred[0].round(2).tolist()  # rank 1: buckets [0, 0.5), [0.5, 1]
+        [0.2, 0.8]
     """
     if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer; got {n_bins!r}.")

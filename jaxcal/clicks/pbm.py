@@ -35,6 +35,17 @@ def examination_posteriors(a, g, batch):
     Returns:
         ``(P(A = 1 | C), P(E = 1 | C), loglik)``: two ``[S, n]`` arrays and the weighted
         log-likelihood of the log.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks._em import make_batch
+        >>> from jaxcal.clicks.pbm import examination_posteriors
+        >>> batch = make_batch(np.array([[0, 1]]), np.array([[1, 0]]), np.ones((1, 2), bool),
+        ...                    np.ones(1), None)
+        >>> half = np.full((1, 2), 0.5)
+        >>> p_a, p_e, _ = examination_posteriors(half, half, batch)
+        >>> p_a.tolist()  # a click: attractive; a skip: 0.5 * 0.5 / (1 - 0.25)
+        [[1.0, 0.333...]]
     """
     c = batch.clicks > 0
     skip = 1.0 - a * g
@@ -45,7 +56,25 @@ def examination_posteriors(a, g, batch):
 
 
 def pbm_stats(params, batch):
-    """PBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``."""
+    """PBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``.
+
+    Args:
+        params: ``{"alpha": [T], "gamma": [n]}``.
+        batch: the log (:func:`jaxcal.clicks._em.make_batch`).
+
+    Returns:
+        The expected sufficient statistics by parameter and the weighted log-likelihood.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks._em import make_batch
+        >>> from jaxcal.clicks.pbm import pbm_stats
+        >>> batch = make_batch(np.array([[0, 1]]), np.array([[1, 0]]), np.ones((1, 2), bool),
+        ...                    np.ones(1), None)
+        >>> stats, _ = pbm_stats({"alpha": np.full(3, 0.5), "gamma": np.full(2, 0.5)}, batch)
+        >>> stats["alpha"][1].tolist()  # impressions of pairs 0, 1 and the unseen slot
+        [1.0, 1.0, 0.0]
+    """
     alpha, gamma = params["alpha"], params["gamma"]
     p_a, p_e, ll = examination_posteriors(alpha[batch.qd], gamma[None, :], batch)
     w = session_weights(batch)
@@ -59,19 +88,31 @@ def pbm_stats(params, batch):
 
 @fitted_model("PBM", _probs)
 class FittedPBM(ClickModelFit):
-    """Fitted PBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n]``)."""
+    """Fitted PBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n]``).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import PBM, FittedPBM, example_params, simulate
+        >>> log = simulate("PBM", example_params("PBM", n_queries=2, key=jax.random.key(0)),
+        ...                300, key=jax.random.key(1))
+        >>> fitted = PBM().fit(log, max_iter=10)
+        >>> isinstance(fitted, FittedPBM), fitted.params["gamma"].shape
+        (True, (10,))
+    """
 
     param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS,)}
 
 
 @estimator(FittedPBM, pbm_stats, em=True)
-class PBM(ClickModel):
-    """Position-based model fitted by exact EM (see the module docstring).
+class PBM(ClickModel[FittedPBM]):
+    """Position-based model fitted by exact EM (see the module docstring); no
+    hyperparameters (``fit`` takes the prior and the EM options).
 
     Example:
         >>> import jax
         >>> from jaxcal.clicks import PBM, simulate, example_params
-        >>> log = simulate("PBM", example_params("PBM"), 1000, key=jax.random.key(0))
+        >>> truth = example_params("PBM", key=jax.random.key(0))
+        >>> log = simulate("PBM", truth, 1000, key=jax.random.key(0))
         >>> fitted = PBM().fit(log, max_iter=20)
         >>> fitted.predict_marginal(log).shape  # [sessions, ranks]
         (1000, 10)

@@ -79,6 +79,12 @@ class Sessions:
             ValueError: on empty input, shape mismatches, ids that are negative, non-integer
                 or too large, clicks not 0/1, a mask that is not a prefix, a session without
                 results, clicks on padded positions, or negative / non-finite weights.
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> s = Sessions.from_arrays([7], [[3, 4, 0]], [[0, 1, 0]], mask=[[1, 1, 0]])
+            >>> s.doc.tolist(), s.mask.tolist()  # a SERP of 2 results, padded to 3
+            ([[3, 4, 0]], [[True, True, False]])
         """
         q = _as_ids(query, "query")
         if q.ndim != 1:
@@ -127,17 +133,35 @@ class Sessions:
     # ------------------------------------------------------------------ properties
     @property
     def n_sessions(self) -> int:
-        """Number of rows ``S`` (distinct sessions after deduplication)."""
+        """Number of rows ``S`` (distinct sessions after deduplication).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> Sessions.from_arrays([0, 0, 1], [[1], [1], [2]], [[1], [1], [0]]).n_sessions
+            3
+        """
         return int(self.doc.shape[0])
 
     @property
     def n_results(self) -> int:
-        """Maximum SERP length ``n``."""
+        """Maximum SERP length ``n``.
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> Sessions.from_arrays([0], [[1, 2, 3]], [[0, 0, 1]]).n_results
+            3
+        """
         return int(self.doc.shape[1])
 
     @property
     def total_weight(self) -> float:
-        """Number of logged sessions (sum of weights)."""
+        """Number of logged sessions (sum of weights).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> Sessions.from_arrays([0, 1], [[1], [2]], [[1], [0]], weight=[3, 2]).total_weight
+            5.0
+        """
         return float(np.sum(self.weight))
 
     def __len__(self) -> int:
@@ -162,6 +186,13 @@ class Sessions:
         The weight of a merged row is the sum of the weights it replaces; every click
         model likelihood and metric in :mod:`jaxcal.clicks` is a weighted sum over rows,
         so results are unchanged while the work shrinks (real logs repeat head queries).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> s = Sessions.from_arrays([0, 0, 1], [[1], [1], [2]], [[1], [1], [0]])
+            >>> d = s.deduplicate()
+            >>> d.n_sessions, d.weight.tolist()
+            (2, [2.0, 1.0])
         """
         query = np.asarray(self.query, np.int32)
         doc = np.asarray(self.doc, np.int32)
@@ -190,7 +221,13 @@ class Sessions:
         )
 
     def pad_to(self, n_results: int) -> Sessions:
-        """Pad SERPs with masked positions up to ``n_results`` (never truncates)."""
+        """Pad SERPs with masked positions up to ``n_results`` (never truncates).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> Sessions.from_arrays([0], [[1, 2]], [[1, 0]]).pad_to(4).mask.tolist()
+            [[True, True, False, False]]
+        """
         n = self.n_results
         if n_results < n:
             raise ValueError(f"cannot pad {n} results down to {n_results}.")
@@ -211,7 +248,15 @@ class Sessions:
 
     @staticmethod
     def concatenate(parts: list[Sessions]) -> Sessions:
-        """Stack logs row-wise (SERPs padded to the longest)."""
+        """Stack logs row-wise (SERPs padded to the longest).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> a = Sessions.from_arrays([0], [[1, 2, 3]], [[1, 0, 0]])
+            >>> b = Sessions.from_arrays([1], [[4]], [[0]])
+            >>> Sessions.concatenate([a, b]).mask.tolist()
+            [[True, True, True], [True, False, False]]
+        """
         if not parts:
             raise ValueError("nothing to concatenate: got an empty list of Sessions.")
         n = max(p.n_results for p in parts)
@@ -225,7 +270,14 @@ class Sessions:
         )
 
     def expand(self) -> Sessions:
-        """Undo deduplication: repeat each row ``weight`` times (weights must be integers)."""
+        """Undo deduplication: repeat each row ``weight`` times (weights must be integers).
+
+        Example:
+            >>> from jaxcal.clicks import Sessions
+            >>> s = Sessions.from_arrays([0, 1], [[1], [2]], [[1], [0]], weight=[2, 1])
+            >>> s.expand().query.tolist()
+            [0, 0, 1]
+        """
         w = np.asarray(self.weight)
         if not np.all(w == np.round(w)):
             raise ValueError("expand needs integer weights.")
@@ -234,7 +286,14 @@ class Sessions:
         return Sessions(out.query, out.doc, out.clicks, out.mask, np.ones(idx.shape[0]))
 
     def to_npz(self, path) -> None:
-        """Write plain NumPy arrays (``query, doc, clicks, mask, weight``) to ``path``."""
+        """Write plain NumPy arrays (``query, doc, clicks, mask, weight``) to ``path``.
+
+        Example:
+            >>> from jaxcal.clicks import Sessions, read_npz
+            >>> Sessions.from_arrays([0], [[1, 2]], [[0, 1]]).to_npz("log.npz")
+            >>> read_npz("log.npz").clicks.tolist()
+            [[0, 1]]
+        """
         np.savez(
             path,
             query=np.asarray(self.query),
@@ -262,7 +321,15 @@ def _as_ids(x: ArrayLike, name: str) -> np.ndarray:
 
 
 class PairIndex(NamedTuple):
-    """The (query, document) pairs of a training log, sorted lexicographically."""
+    """The (query, document) pairs of a training log, sorted lexicographically.
+
+    Example:
+        >>> from jaxcal.clicks import DCTR, PairIndex, Sessions
+        >>> fitted = DCTR().fit(Sessions.from_arrays([3, 1], [[5, 4], [9, 8]], [[1, 0], [0, 0]]))
+        >>> pairs = PairIndex(fitted.pair_query, fitted.pair_doc)
+        >>> pairs.query.tolist(), pairs.doc.tolist()
+        ([1, 1, 3, 3], [8, 9, 4, 5])
+    """
 
     query: np.ndarray  # [P] int32
     doc: np.ndarray  # [P] int32
@@ -278,6 +345,15 @@ def encode_pairs(sessions: Sessions) -> tuple[PairIndex, np.ndarray]:
     Returns:
         ``(index, qd)``: the ``P`` distinct pairs and ``[S, n]`` int32 ids in ``0..P-1``;
         padded positions get the extra id ``P``.
+
+    Example:
+        >>> from jaxcal.clicks import Sessions
+        >>> from jaxcal.clicks.sessions import encode_pairs
+        >>> s = Sessions.from_arrays([0, 0], [[5, 3], [3, 0]], [[0, 0], [0, 0]],
+        ...                          mask=[[1, 1], [1, 0]])
+        >>> index, qd = encode_pairs(s)
+        >>> index.doc.tolist(), qd.tolist()  # the padded position gets id P = 2
+        ([3, 5], [[1, 0], [0, 2]])
     """
     q = np.broadcast_to(np.asarray(sessions.query)[:, None], sessions.doc.shape)
     m = np.asarray(sessions.mask)
@@ -293,7 +369,16 @@ def encode_pairs(sessions: Sessions) -> tuple[PairIndex, np.ndarray]:
 
 
 def lookup_pairs(index: PairIndex, sessions: Sessions) -> np.ndarray:
-    """Ids of the pairs of ``sessions`` in a fitted ``index``; unseen / padded -> ``P``."""
+    """Ids of the pairs of ``sessions`` in a fitted ``index``; unseen / padded -> ``P``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import PairIndex, Sessions
+        >>> from jaxcal.clicks.sessions import lookup_pairs
+        >>> index = PairIndex(np.array([0, 0], np.int32), np.array([3, 5], np.int32))
+        >>> lookup_pairs(index, Sessions.from_arrays([0], [[5, 4]], [[0, 0]])).tolist()
+        [[1, 2]]
+    """
     keys_fit = _keys(np.asarray(index.query), np.asarray(index.doc))
     P = keys_fit.shape[0]
     q = np.broadcast_to(np.asarray(sessions.query)[:, None], sessions.doc.shape)

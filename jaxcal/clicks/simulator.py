@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcal._validation import check_int, check_key
 from jaxcal.clicks._base import ClickModel, ClickModelFit
 from jaxcal.clicks.cascade import CascadeModel
 from jaxcal.clicks.ccm import CCM
@@ -89,15 +90,40 @@ def example_params(
     n_queries: int = 20,
     n_docs: int = 15,
     n_results: int = 10,
-    key: jax.Array | None = None,
+    key: jax.Array,
 ) -> dict[str, np.ndarray]:
-    """Plausible ground-truth parameters for :func:`simulate` (Beta-distributed relevance,
-    decaying examination), drawn with ``key`` (default ``jax.random.key(0)``)."""
+    """Plausible ground-truth parameters for :func:`simulate`: Beta-distributed
+    attractiveness ``Beta(1, 2.5)`` and satisfaction ``Beta(2, 2)`` (clipped to
+    ``[0.02, 0.98]``), examination decaying with the rank, drawn with ``key``.
+
+    Args:
+        model_name: one of ``GCTR, RCTR, DCTR, PBM, CM, DCM, DBN, SDBN, CCM, UBM``.
+        n_queries: queries of the simulated world.
+        n_docs: documents per query (``>= n_results``).
+        n_results: results per SERP.
+        key: a JAX PRNG key (``jax.random.key(0)``).
+
+    Returns:
+        A dict of NumPy arrays, the ``params`` of :func:`simulate` (module docstring).
+
+    Raises:
+        ValueError: on an unknown model, sizes that are not positive integers,
+            ``n_docs < n_results``, or a ``key`` that is not a JAX PRNG key.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import example_params
+        >>> p = example_params("DBN", n_queries=3, key=jax.random.key(0))
+        >>> sorted(p), p["alpha"].shape  # attractiveness and satisfaction per query x doc
+        (['alpha', 'gamma', 'sigma'], (3, 15))
+    """
     name = _model_name(model_name)
+    n_queries = check_int(n_queries, "n_queries")
+    n_docs = check_int(n_docs, "n_docs")
+    n_results = check_int(n_results, "n_results")
     if n_docs < n_results:
         raise ValueError(f"n_docs ({n_docs}) must be >= n_results ({n_results}).")
-    key = jax.random.key(0) if key is None else key
-    k1, k2 = jax.random.split(key)
+    k1, k2 = jax.random.split(check_key(key))
     rank = np.arange(1, n_results + 1)
     alpha = np.asarray(jax.random.beta(k1, 1.0, 2.5, (n_queries, n_docs)), np.float64)
     alpha = np.clip(alpha, 0.02, 0.98)
@@ -168,7 +194,27 @@ def _check_params(name: str, params: dict) -> tuple[dict, int, int, int]:
 
 def from_params(model_name: str, params: dict) -> ClickModelFit:
     """The fitted-model object that holds the true parameters (its predictions are the
-    true generating probabilities). Pairs are ``(q, j)`` for query ``q``, pool position ``j``."""
+    true generating probabilities). Pairs are ``(q, j)`` for query ``q``, pool position ``j``.
+
+    Args:
+        model_name: the model (as :func:`simulate`).
+        params: its ground-truth parameters (as :func:`simulate`).
+
+    Returns:
+        The model's fitted class (``FittedDBN`` for ``"DBN"``, ...) holding ``params``.
+
+    Raises:
+        ValueError: on an unknown model or missing / malformed parameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import FittedPBM, example_params, from_params, simulate
+        >>> truth = example_params("PBM", n_queries=2, key=jax.random.key(0))
+        >>> model = from_params("PBM", truth)
+        >>> log = simulate("PBM", truth, 5, key=jax.random.key(1), shuffle=False)
+        >>> isinstance(model, FittedPBM), model.predict_marginal(log).shape  # true P(C_r = 1)
+        (True, (5, 10))
+    """
     name = _model_name(model_name)
     p, n_q, m, n = _check_params(name, params)
     model_cls = MODELS[name]
@@ -182,7 +228,7 @@ def from_params(model_name: str, params: dict) -> ClickModelFit:
         fitted[k] = jnp.asarray(v)
     if name in ("GCTR", "RCTR"):
         pq, pd = pq[:0], pd[:0]
-    return model_cls.fitted_cls(
+    return model_cls.fitted_class(
         pair_query=pq,
         pair_doc=pd,
         params=fitted,
@@ -247,7 +293,7 @@ def simulate(
         model_name: one of ``GCTR, RCTR, DCTR, PBM, CM, DCM, DBN, SDBN, CCM, UBM``.
         params: ground-truth parameters (module docstring; :func:`example_params`).
         n_sessions: number of sessions.
-        key: a ``jax.random`` key.
+        key: a JAX PRNG key (``jax.random.key(0)``).
         shuffle: show a random subset / order of each query's documents (default); if
             ``False`` every query always shows its documents ``0..n-1`` in order.
         serp_variants: if given, each query has this many fixed SERPs (random orderings
@@ -259,12 +305,13 @@ def simulate(
 
     Raises:
         ValueError: on an unknown model, missing / malformed parameters, ``n_sessions < 1``,
-            ``serp_variants < 1``.
+            ``serp_variants < 1``, or a ``key`` that is not a JAX PRNG key.
 
     Example:
         >>> import jax
         >>> from jaxcal.clicks import simulate, example_params
-        >>> log = simulate("DBN", example_params("DBN"), 1000, key=jax.random.key(1))
+        >>> truth = example_params("DBN", key=jax.random.key(0))
+        >>> log = simulate("DBN", truth, 1000, key=jax.random.key(1))
         >>> log.clicks.shape
         (1000, 10)
     """
@@ -280,6 +327,7 @@ def simulate(
         raise ValueError(
             f"serp_variants must be a positive integer or None; got {serp_variants!r}."
         )
+    key = check_key(key)
     p, n_q, m, n = _check_params(name, params)
     k_q, k_perm, k_click = jax.random.split(key, 3)
     if "query_probs" in p:

@@ -44,6 +44,13 @@ def log_format(path: str | os.PathLike) -> str:
     Raises:
         ValueError: on a missing file, an unknown suffix, or a text file that looks like
             neither text format.
+
+    Example:
+        >>> from jaxcal.clicks.sources import log_format
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("7\\t0\\tQ\\t3\\t0\\t11\\t12\\n")
+        >>> log_format("log.txt")
+        'yandex'
     """
     path = _check_file(path)
     suffix = os.path.splitext(path)[1].lower()
@@ -109,6 +116,14 @@ def chunk_source(source: Any, *, chunk_sessions: int) -> Callable[[], Iterator[S
     Raises:
         ValueError: on a source of another type, an empty list of paths, a missing file or
             an unknown format, or a bad ``chunk_sessions``.
+
+    Example:
+        >>> from jaxcal.clicks import Sessions
+        >>> from jaxcal.clicks.sources import chunk_source
+        >>> log = Sessions.from_arrays([0, 1, 2], [[1], [2], [3]], [[1], [0], [1]])
+        >>> chunks = chunk_source(log, chunk_sessions=2)
+        >>> [c.n_sessions for c in chunks()], [c.n_sessions for c in chunks()]  # re-readable
+        ([2, 1], [2, 1])
     """
     size = _check_chunk(chunk_sessions)
     if isinstance(source, Sessions):

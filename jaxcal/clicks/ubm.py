@@ -29,7 +29,14 @@ __all__ = ["UBM", "FittedUBM", "ubm_stats", "previous_click"]
 
 
 def previous_click(clicks: jax.Array) -> jax.Array:
-    """``[S, n]`` rank (1-based) of the last click above each rank; 0 if none."""
+    """``[S, n]`` rank (1-based) of the last click above each rank; 0 if none.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks.ubm import previous_click
+        >>> previous_click(np.array([[0, 1, 0, 1, 0]])).tolist()
+        [[0, 0, 2, 2, 4]]
+    """
     n = clicks.shape[1]
     idx = jnp.where(clicks > 0, jnp.arange(1, n + 1), 0)
     run = jax.lax.cummax(idx, axis=1)
@@ -68,7 +75,26 @@ def _marginal(params, qd, clicks, mask):
 
 
 def ubm_stats(params, batch):
-    """UBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``."""
+    """UBM E-step: ``({"alpha": (num, den), "gamma": (num, den)}, loglik)``.
+
+    Args:
+        params: ``{"alpha": [T], "gamma": [n, n]}``.
+        batch: the log (:func:`jaxcal.clicks._em.make_batch`).
+
+    Returns:
+        The expected sufficient statistics by parameter (``gamma``'s ``[n, n]``: row
+        ``r - 1``, column the previous click's rank) and the weighted log-likelihood.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks._em import make_batch
+        >>> from jaxcal.clicks.ubm import ubm_stats
+        >>> batch = make_batch(np.array([[0, 1]]), np.array([[1, 0]]), np.ones((1, 2), bool),
+        ...                    np.ones(1), None)
+        >>> stats, _ = ubm_stats({"alpha": np.full(3, 0.5), "gamma": np.full((2, 2), 0.5)}, batch)
+        >>> stats["gamma"][1].tolist()  # rank 1 seen with no click above, rank 2 after rank 1
+        [[1.0, 0.0], [0.0, 1.0]]
+    """
     alpha, gamma = params["alpha"], params["gamma"]
     n = gamma.shape[0]
     gid = _gamma_ids(batch.clicks)
@@ -87,11 +113,31 @@ def ubm_stats(params, batch):
 
 @fitted_model("UBM", _conditional, _marginal)
 class FittedUBM(ClickModelFit):
-    """Fitted UBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n, n]``)."""
+    """Fitted UBM: ``params["alpha"]`` (``[P + 1]``), ``params["gamma"]`` (``[n, n]``).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import UBM, FittedUBM, example_params, simulate
+        >>> log = simulate("UBM", example_params("UBM", n_queries=2, key=jax.random.key(0)),
+        ...                300, key=jax.random.key(1))
+        >>> fitted = UBM().fit(log, max_iter=10)
+        >>> isinstance(fitted, FittedUBM), fitted.params["gamma"].shape
+        (True, (10, 10))
+    """
 
     param_shapes = {"alpha": (PAIRS,), "gamma": (RANKS, RANKS)}
 
 
 @estimator(FittedUBM, ubm_stats, em=True)
-class UBM(ClickModel):
-    """User browsing model fitted by exact EM (see the module docstring)."""
+class UBM(ClickModel[FittedUBM]):
+    """User browsing model fitted by exact EM (see the module docstring); no
+    hyperparameters.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.clicks import UBM, Sessions
+        >>> s = Sessions.from_arrays([0, 0], [[1, 2], [2, 1]], [[1, 0], [0, 1]])
+        >>> fitted = UBM().fit(s, max_iter=5)
+        >>> fitted.predict_conditional(s).shape  # depends on the rank of the last click
+        (2, 2)
+    """

@@ -66,7 +66,16 @@ class DataSource(NamedTuple):
 
 
 def default_cache_dir() -> Path:
-    """Where downloaded data sets are kept: ``$JAXCAL_CACHE_DIR``, else ``~/.cache/jaxcal``."""
+    """Where downloaded data sets are kept: ``$JAXCAL_CACHE_DIR``, else ``~/.cache/jaxcal``.
+
+    Example:
+        >>> import os
+        >>> from unittest import mock
+        >>> from jaxcal.data import default_cache_dir
+        >>> with mock.patch.dict(os.environ, {"JAXCAL_CACHE_DIR": "downloads"}):
+        ...     print(default_cache_dir().as_posix())
+        downloads
+    """
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path("~/.cache/jaxcal").expanduser()
 

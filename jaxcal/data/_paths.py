@@ -11,7 +11,16 @@ __all__ = ["default_data_dir"]
 def default_data_dir() -> Path:
     """The data directory: ``$JAXCAL_DATA_DIR`` if set. Without it, a development checkout
     finds the data in a ``shared/data`` folder beside it (looked up from the working
-    directory, then from the source tree). The data is never copied into the package."""
+    directory, then from the source tree). The data is never copied into the package.
+
+    Example:
+        >>> import os
+        >>> from unittest import mock
+        >>> from jaxcal.data import default_data_dir
+        >>> with mock.patch.dict(os.environ, {"JAXCAL_DATA_DIR": "datasets"}):
+        ...     print(default_data_dir().as_posix())
+        datasets
+    """
     env = os.environ.get("JAXCAL_DATA_DIR")
     if env:
         return Path(env)

@@ -47,6 +47,13 @@ class CoatData(NamedTuple):
         item_features: ``[300, 33]`` int64 one-hot item features.
         user_feature_names: 14 column names, e.g. ``"gender:men"``.
         item_feature_names: 33 column names, e.g. ``"jackettype:bomber"``.
+
+    Made by :func:`load_coat`.
+
+    Example:
+        >>> from jaxcal.data import CoatData
+        >>> CoatData._fields[:3]
+        ('train', 'test', 'propensities')
     """
 
     train: np.ndarray
@@ -217,11 +224,18 @@ def fetch_coat(
         ValueError: checksum mismatch (with both digests), an archive that is not zip/tar
             or lacks the Coat files, or a download error.
 
-    Example (downloads from the authors' page, so it is skipped when the examples are
-    tested):
-        >>> import jaxcal
-        >>> path = jaxcal.data.fetch_coat()  # doctest: +SKIP
-        >>> coat = jaxcal.data.load_coat(path)  # doctest: +SKIP
+    Example (``fetch_coat()`` downloads the authors' archive; here the archive is a zip of
+    the data directory's Coat folder behind a local ``file://`` URL):
+        >>> import pathlib, shutil, tempfile
+        >>> from jaxcal.data import default_data_dir, fetch_coat, load_coat
+        >>> www = pathlib.Path(tempfile.mkdtemp())
+        >>> zipped = shutil.make_archive(str(www / "coat"), "zip", default_data_dir(), "coat")
+        >>> url = pathlib.Path(zipped).as_uri()
+        >>> path = fetch_coat(www / "cache", url=url, quiet=True)  # digest recorded
+        >>> load_coat(path).train.shape
+        (290, 300)
+        >>> (www / "cache" / "coat.zip.sha256").is_file()
+        True
     """
     return fetch_archive(
         _SOURCE, cache_dir, url, validate=load_coat, sha256=sha256, timeout=timeout, quiet=quiet

@@ -5,9 +5,15 @@ a timestamp (seconds since 1970), collected 1997-1998; every user rated at least
 ``u.data`` lists them one per line: ``user <tab> item <tab> rating <tab> timestamp`` with
 1-based ids.
 
-Licence: GroupLens allows research use but not redistribution, so jaxcal ships no copy:
-:func:`fetch_movielens` downloads the archive from GroupLens on the user's machine (or
-:func:`load_movielens` reads a copy the user placed in the data directory).
+Source: GroupLens' archive https://files.grouplens.org/datasets/movielens/ml-100k.zip
+(4,924,029 bytes, SHA-256 :data:`MOVIELENS_100K_SHA256`; described on
+https://grouplens.org/datasets/movielens/100k/).
+Licence (the archive's README): research use only; no redistribution and no commercial use
+without GroupLens' permission; acknowledge the data set (the paper below); no implied
+endorsement by the University of Minnesota. So jaxcal ships no copy:
+:func:`fetch_movielens` downloads the archive from GroupLens on the user's machine and
+checks it against the pinned digest (or :func:`load_movielens` reads a copy the user placed
+in the data directory).
 
 Reference: F. M. Harper, J. A. Konstan. The MovieLens Datasets: History and Context.
 ACM Transactions on Interactive Intelligent Systems 5(4), 2015. Cite it when you use the data.
@@ -25,10 +31,21 @@ from jaxcal.data._download import DataSource, data_folder, fetch_archive
 from jaxcal.data._paths import default_data_dir
 from jaxcal.data.triples import Interactions
 
-__all__ = ["MovieLensData", "load_movielens", "fetch_movielens", "MOVIELENS_100K_URL", "URL_ENV"]
+__all__ = [
+    "MovieLensData",
+    "load_movielens",
+    "fetch_movielens",
+    "MOVIELENS_100K_URL",
+    "MOVIELENS_100K_SHA256",
+    "URL_ENV",
+]
 
 MOVIELENS_100K_URL = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
 """GroupLens' archive of MovieLens-100K (https://grouplens.org/datasets/movielens/100k/)."""
+
+MOVIELENS_100K_SHA256 = "50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229"
+"""SHA-256 of GroupLens' ``ml-100k.zip`` (4,924,029 bytes; its published MD5 is
+``0e33842e24a9c977be4e0107933c0723``), the digest every download is checked against."""
 
 URL_ENV = "JAXCAL_MOVIELENS_URL"
 """Environment variable that replaces :data:`MOVIELENS_100K_URL` for the download of
@@ -49,6 +66,16 @@ class MovieLensData(NamedTuple):
             largest ids in the file (943 and 1,682 for MovieLens-100K).
         timestamp: ``[n]`` int64 seconds since 1970, one per rating (for chronological
             splits: :func:`jaxcal.data.split_ratings`).
+
+    Made by :func:`load_movielens`.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.data import Interactions, MovieLensData
+        >>> ratings = Interactions.create([0, 1], [2, 0], [5, 3])
+        >>> ml = MovieLensData(ratings, np.array([881250949, 874965758]))
+        >>> ml.ratings.rating[np.argsort(ml.timestamp)]  # oldest first
+        array([3, 5])
     """
 
     ratings: Interactions
@@ -125,7 +152,8 @@ def load_movielens(
     Without ``path``, the data directory's ``ml-100k`` folder is read if it holds
     ``u.data``; otherwise, with ``download=True``, the archive is fetched once from GroupLens
     into the user cache (:func:`fetch_movielens`: ``$JAXCAL_CACHE_DIR``, else
-    ``~/.cache/jaxcal``; from ``$JAXCAL_MOVIELENS_URL`` if set) and read from there; later
+    ``~/.cache/jaxcal``; from ``$JAXCAL_MOVIELENS_URL`` if set, a mirror of the same file:
+    it must match :data:`MOVIELENS_100K_SHA256`) and read from there; later
     calls read the cached copy without touching the network. An explicit ``path`` is
     never replaced by a download.
 
@@ -167,25 +195,31 @@ def fetch_movielens(
     cache_dir: str | os.PathLike | None = None,
     *,
     url: str = MOVIELENS_100K_URL,
-    sha256: str | None = None,
+    sha256: str = MOVIELENS_100K_SHA256,
     timeout: float = 60.0,
     quiet: bool = False,
 ) -> Path:
     """Download MovieLens-100K from GroupLens once, verify its SHA-256, unpack and cache it.
 
-    The same cache and checksum policy as :func:`jaxcal.data.fetch_coat`: the archive is
-    stored as ``cache_dir/ml-100k.zip`` and unpacked into ``cache_dir/ml-100k_unpacked``;
-    a later call with a valid cache returns at once without touching the network.
-    ``sha256=None`` means trust on first use (the first download's digest is recorded in
-    ``cache_dir/ml-100k.zip.sha256`` and every later call re-verifies the archive against
-    it); a pinned ``sha256`` that a download does not match raises and caches nothing.
-    Archive members with absolute paths or ``..`` are refused.
+    The file is GroupLens' https://files.grouplens.org/datasets/movielens/ml-100k.zip
+    (research use only; no redistribution and no commercial use without GroupLens'
+    permission; acknowledge the data set; module docstring). It is stored as
+    ``cache_dir/ml-100k.zip`` and unpacked into ``cache_dir/ml-100k_unpacked``; a later
+    call with a valid cache returns at once without touching the network.
+
+    Checksum policy: the archive must match ``sha256``, by default the pinned digest of
+    GroupLens' file (:data:`MOVIELENS_100K_SHA256`); there is no trust on first use. A
+    download that does not match raises and caches nothing; a cached archive that does not
+    match is discarded and downloaded again. A different archive (say, a modified copy
+    behind ``url``) is used only if its own digest is passed as ``sha256``. Archive members
+    with absolute paths or ``..`` are refused.
 
     Args:
         cache_dir: folder for the archive and its unpacked copy (created if needed);
             default ``$JAXCAL_CACHE_DIR``, else ``~/.cache/jaxcal``.
-        url: where to download from; default GroupLens' ``ml-100k.zip``.
-        sha256: expected hex SHA-256 of the archive, or ``None`` (trust on first use).
+        url: where to download from (``http(s)://`` or ``file://``); default GroupLens'
+            ``ml-100k.zip``.
+        sha256: expected hex SHA-256 of the archive; default GroupLens' (pinned).
         timeout: socket timeout in seconds.
         quiet: suppress progress lines.
 
@@ -193,14 +227,33 @@ def fetch_movielens(
         The folder holding ``u.data``, ready for :func:`load_movielens`.
 
     Raises:
-        ValueError: checksum mismatch (with both digests), a download error, an archive
-            that is not zip / tar, has unsafe members or no valid ``u.data``.
+        ValueError: ``sha256`` is not 64 hex digits (``None`` included), a checksum
+            mismatch (with both digests), a download error, an archive that is not zip /
+            tar, has unsafe members or no valid ``u.data``.
 
-    Example (downloads from GroupLens, so it is skipped when the examples are tested):
-        >>> import jaxcal
-        >>> path = jaxcal.data.fetch_movielens()  # doctest: +SKIP
-        >>> ml = jaxcal.data.load_movielens(path)  # doctest: +SKIP
+    Example (``fetch_movielens()`` downloads GroupLens' archive; here a stand-in archive
+    comes from a local ``file://`` URL, accepted with its own digest and refused without):
+        >>> import hashlib, pathlib, tempfile, zipfile
+        >>> from jaxcal.data import fetch_movielens, load_movielens
+        >>> www = pathlib.Path(tempfile.mkdtemp())
+        >>> with zipfile.ZipFile(www / "ml-100k.zip", "w") as zf:
+        ...     zf.writestr("ml-100k/u.data", "196\\t242\\t3\\t881250949\\n")
+        >>> digest = hashlib.sha256((www / "ml-100k.zip").read_bytes()).hexdigest()
+        >>> url = (www / "ml-100k.zip").as_uri()
+        >>> path = fetch_movielens(www / "cache", url=url, sha256=digest, quiet=True)
+        >>> load_movielens(path).ratings.rating
+        array([3])
+        >>> fetch_movielens(www / "other", url=url, quiet=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: checksum mismatch for file://...: expected SHA-256 50d2a982..., got ...
     """
+    if sha256 is None:
+        raise ValueError(
+            "sha256 must be the archive's SHA-256 (64 hex digits); got None. The default "
+            "is GroupLens' ml-100k.zip (MOVIELENS_100K_SHA256); pass another archive's own "
+            "digest to use it."
+        )
     return fetch_archive(
         _SOURCE,
         cache_dir,

@@ -3,9 +3,9 @@ and the calibration-data builder with an explicit negative-sampling ratio.
 
 All functions take either a dense ``[n_users, n_items]`` integer matrix (0 = no interaction)
 or :class:`~jaxcal.data.Interactions` triples, and return the same kind. They run once, in
-NumPy, before any model is fitted. Randomness comes from ``key``: an ``int`` seed, a
-``numpy.random.Generator`` or a JAX PRNG key (its bits seed a NumPy generator), so every
-split is reproducible.
+NumPy, before any model is fitted. Randomness comes from ``key``, a JAX PRNG key
+(``jax.random.key(seed)``) whose bits seed a NumPy generator (:func:`jaxcal._rng.numpy_rng`),
+so every random split and sample is reproducible; the deterministic variants need no key.
 
 The calibration set of the seed paper (Kweon et al., AAAI 2022, public code) is the
 validation positives plus ``r = 57`` negatives per positive drawn uniformly from the user's
@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxcal._rng import numpy_rng
 from jaxcal.data.triples import Interactions, as_matrix
 from jaxcal.losses import implied_base_rate
 
@@ -36,32 +38,9 @@ __all__ = [
     "sample_negatives",
     "calibration_pairs",
     "CalibrationPairs",
-    "as_rng",
 ]
 
 HOLDOUT_METHODS = ("random", "per_user_last")
-
-
-def as_rng(key: Any) -> np.random.Generator:
-    """A NumPy generator from an ``int`` seed, a generator, or a JAX PRNG key."""
-    if isinstance(key, np.random.Generator):
-        return key
-    if isinstance(key, int | np.integer) and not isinstance(key, bool):
-        return np.random.default_rng(int(key))
-    try:
-        import jax
-
-        arr = key
-        if jax.dtypes.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key):
-            arr = jax.random.key_data(key)
-        bits = np.asarray(arr)
-        if bits.dtype.kind == "u" and bits.size >= 1:
-            return np.random.default_rng(bits.ravel().astype(np.uint64).tolist())
-    except TypeError:
-        pass
-    raise ValueError(
-        f"key must be an int seed, a numpy Generator or a JAX PRNG key; got {type(key).__name__}."
-    )
 
 
 def binarize(
@@ -82,6 +61,16 @@ def binarize(
 
     Raises:
         ValueError: ``threshold <= 0`` or malformed input.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.data import Interactions, binarize
+        >>> binarize(np.array([[5, 0, 3], [4, 1, 0]]))
+        array([[1, 0, 0],
+               [1, 0, 0]])
+        >>> x = Interactions.create([0, 0, 1], [0, 2, 1], [5, 3, 4])
+        >>> binarize(x).item, binarize(x, keep_negatives=True).rating
+        (array([0, 1]), array([1, 0, 1]))
     """
     if not threshold > 0:
         raise ValueError(f"threshold must be > 0 (0 marks unrated pairs); got {threshold}.")
@@ -113,7 +102,7 @@ def holdout_split(
     *,
     fraction: float = 0.1,
     method: str = "random",
-    key: Any = 0,
+    key: jax.Array | None = None,
     min_count: int = 4,
 ) -> tuple[Any, Any]:
     """Split interactions into training and validation parts.
@@ -132,7 +121,8 @@ def holdout_split(
             :class:`Interactions` (every triple). Pass positives only for implicit feedback.
         fraction: share held out, in (0, 1).
         method: ``"random"`` or ``"per_user_last"``.
-        key: randomness for ``"random"`` (int seed, NumPy generator or JAX key).
+        key: a JAX PRNG key (``jax.random.key(seed)``), required for ``"random"``;
+            unused by ``"per_user_last"``.
         min_count: for ``"per_user_last"``: users need more than this many interactions.
 
     Returns:
@@ -140,7 +130,19 @@ def holdout_split(
         the other part holds the entry, or triples).
 
     Raises:
-        ValueError: unknown method, ``fraction`` outside (0, 1), or no interactions.
+        ValueError: unknown method, ``fraction`` outside (0, 1), no interactions, or no
+            valid ``key`` for ``"random"``.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import holdout_split
+        >>> positives = np.ones((4, 10), int)
+        >>> train, valid = holdout_split(positives, fraction=0.1, key=jax.random.key(0))
+        >>> int(train.sum()), int(valid.sum()), bool((train + valid == positives).all())
+        (36, 4, True)
+        >>> _, last = holdout_split(positives, method="per_user_last")  # no key: no draw
+        >>> last[0]  # the last max(round(0.1 * 10), 1) = 1 item of every user
+        array([0, 0, 0, 0, 0, 0, 0, 0, 0, 1])
     """
     if method not in HOLDOUT_METHODS:
         raise ValueError(f"method must be one of {HOLDOUT_METHODS}; got {method!r}.")
@@ -152,7 +154,12 @@ def holdout_split(
         raise ValueError("no interactions to split.")
     if method == "random":
         n_valid = int(round(fraction * x.size))
-        idx = as_rng(key).choice(x.size, size=n_valid, replace=False)
+        if key is None:
+            raise ValueError(
+                "key is required for method='random': pass key=jax.random.key(seed) (or "
+                "method='per_user_last', which draws nothing)."
+            )
+        idx = numpy_rng(key).choice(x.size, size=n_valid, replace=False)
         valid = np.zeros(x.size, bool)
         valid[idx] = True
     else:
@@ -172,6 +179,13 @@ def holdout_rate(
     :func:`jaxcal.debias.holdout_propensity`). For ``method="per_user_last"`` the share
     differs per user (``per_user=True`` returns ``[n_users]`` shares, 0 for users with
     nothing held out or no interactions).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.data import holdout_rate
+        >>> train, valid = np.array([[1, 1, 0], [0, 0, 0]]), np.array([[0, 0, 1], [0, 0, 0]])
+        >>> round(holdout_rate(train, valid), 4), holdout_rate(train, valid, per_user=True)
+        (0.3333, array([0.33333333, 0.        ]))
     """
     t = as_matrix(train, "train") != 0
     v = as_matrix(valid, "valid") != 0
@@ -194,8 +208,8 @@ def sample_negatives(
     known_positives: ArrayLike | Interactions,
     users: ArrayLike,
     *,
+    key: jax.Array,
     n_per_row: int = 1,
-    key: Any = 0,
     replace: bool = True,
 ) -> np.ndarray:
     """Items drawn uniformly from each user's items without a known positive.
@@ -209,17 +223,27 @@ def sample_negatives(
         known_positives: ``[n_users, n_items]`` matrix (non-zero = known positive, never
             drawn) or :class:`Interactions`.
         users: ``[m]`` user ids, one row of draws each (repeat a user to draw more rows).
+        key: a JAX PRNG key (``jax.random.key(seed)``); the draws are made by NumPy from
+            it (:func:`jaxcal._rng.numpy_rng`).
         n_per_row: draws per row.
-        key: randomness (int seed, NumPy generator or JAX key).
         replace: draw with replacement within a row (default, independent draws).
 
     Returns:
         ``[m, n_per_row]`` int64 item ids.
 
     Raises:
-        ValueError: user ids out of range, ``n_per_row < 1``, or a user without enough
-            allowed items.
+        ValueError: user ids out of range, ``n_per_row < 1``, a user without enough
+            allowed items, or ``key`` not a JAX PRNG key.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import sample_negatives
+        >>> known = np.array([[1, 0, 1, 0], [0, 1, 1, 1]])
+        >>> draws = sample_negatives(known, [0, 1], n_per_row=5, key=jax.random.key(0))
+        >>> sorted(set(draws[0].tolist())) <= [1, 3], set(draws[1].tolist())
+        (True, {0})
     """
+    rng = numpy_rng(key)
     pos = _known(known_positives)
     n_users, n_items = pos.shape
     u = np.asarray(users)
@@ -237,7 +261,6 @@ def sample_negatives(
             f"user {int(short[0])} has {int(allowed[short[0]])} items without a positive; "
             f"cannot draw {need} negative(s){'' if replace else ' without replacement'}."
         )
-    rng = as_rng(key)
     if u.size == 0:
         return np.zeros((0, n_per_row), np.int64)
     if replace:
@@ -276,6 +299,16 @@ class CalibrationPairs(NamedTuple):
             loss (``"naive"``, ``"snips"``, and with propensities ``"ips"``,
             ``"ips_positive"``), with unit sample weights (the seed paper's protocol).
         population_base_rate: the same with ``sample_weight=negative_weight``.
+
+    Made by :func:`calibration_pairs`.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.data import calibration_pairs
+        >>> valid, train = np.array([[0, 1, 0, 0]]), np.array([[1, 0, 0, 0]])
+        >>> cp = calibration_pairs(valid, train, n_negatives=None)  # every allowed pair
+        >>> cp.item, cp.labels, round(cp.base_rate["naive"], 4)
+        (array([1, 2, 3]), array([1., 0., 0.]), 0.3333)
     """
 
     user: np.ndarray
@@ -309,7 +342,7 @@ def calibration_pairs(
     train: ArrayLike | Interactions,
     *,
     n_negatives: int | None = 57,
-    key: Any = 0,
+    key: jax.Array | None = None,
     propensity: ArrayLike | None = None,
     replace: bool = True,
     all_users: bool = False,
@@ -338,7 +371,8 @@ def calibration_pairs(
         valid: validation positives (matrix or :class:`Interactions`).
         train: training positives (never drawn as negatives).
         n_negatives: negatives per validation positive (``r``), or ``None`` for all.
-        key: randomness (int seed, NumPy generator or JAX key).
+        key: a JAX PRNG key (``jax.random.key(seed)``) for the negatives' draws, required
+            unless ``n_negatives=None`` (which draws nothing).
         propensity: optional ``[n_users, n_items]`` or ``[n_items]`` propensities in (0, 1]
             to attach to the pairs and to report the IPS base rates. For validation data
             these should already include the hold-out factor
@@ -351,8 +385,17 @@ def calibration_pairs(
         :class:`CalibrationPairs`.
 
     Raises:
-        ValueError: shape mismatch, no validation positives, ``n_negatives < 1``, or a user
-            without enough allowed items.
+        ValueError: shape mismatch, no validation positives, ``n_negatives < 1``, a user
+            without enough allowed items, or no valid ``key`` when negatives are drawn.
+
+    Example (the naive base rate is ``1 / (1 + r)`` whatever the data):
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import calibration_pairs
+        >>> valid = np.zeros((3, 50), int); valid[:, 0] = 1
+        >>> train = np.zeros((3, 50), int); train[:, 1] = 1
+        >>> cp = calibration_pairs(valid, train, n_negatives=4, key=jax.random.key(0))
+        >>> cp.labels.size, round(cp.base_rate["naive"], 4)
+        (15, 0.2)
     """
     v = as_matrix(valid, "valid") != 0
     t = as_matrix(train, "train") != 0
@@ -362,6 +405,11 @@ def calibration_pairs(
         raise ValueError("valid holds no positives; nothing to calibrate on.")
     if n_negatives is not None and n_negatives < 1:
         raise ValueError(f"n_negatives must be >= 1 or None; got {n_negatives}.")
+    if n_negatives is not None and key is None:
+        raise ValueError(
+            "key is required to draw the negatives: pass key=jax.random.key(seed) (or "
+            "n_negatives=None to take every allowed pair)."
+        )
     known = v | t
     pu, pi = np.nonzero(v)
     k_u = v.sum(1)

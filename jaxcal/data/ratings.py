@@ -52,10 +52,12 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal.data.preprocessing import as_rng
+from jaxcal._rng import numpy_rng
+from jaxcal._validation import check_int
 from jaxcal.data.triples import Interactions
 
 __all__ = ["RatingSimulation", "simulate_ratings", "split_ratings", "SEGMENT_TRANSFORMS"]
@@ -123,6 +125,17 @@ class RatingSimulation(NamedTuple):
             rating (same order as ``ratings``).
         transforms: ``n_segments`` pairs ``(shape, k)`` (from :data:`SEGMENT_TRANSFORMS`).
         latent_range: :math:`(x_\text{lo}, x_\text{hi})`.
+
+    Made by :func:`simulate_ratings`.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import simulate_ratings
+        >>> sim = simulate_ratings("sd1", n_users=20, n_items=30, key=jax.random.key(0))
+        >>> x = sim.ratings
+        >>> cuts = sim.thresholds[sim.segment[x.user]]  # the rating is the latent's level
+        >>> bool(np.array_equal(x.rating, 1 + (sim.latent[:, None] >= cuts).sum(1)))
+        True
     """
 
     ratings: Interactions
@@ -136,7 +149,15 @@ class RatingSimulation(NamedTuple):
 
     def continuous_rating(self, latent: ArrayLike, segment: int) -> np.ndarray:
         """The continuous rating :math:`c_s(x)` in [1, L] of latent scores ``latent`` under
-        segment ``segment``'s transform (rounded, it is the rating)."""
+        segment ``segment``'s transform (rounded, it is the rating).
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.data import simulate_ratings
+            >>> sim = simulate_ratings("sd1", n_users=20, n_items=30, key=jax.random.key(0))
+            >>> np.round(sim.continuous_rating(sim.level_scores[0], 0), 6)  # c_s(c_s^-1(r))
+            array([1., 2., 3., 4., 5.])
+        """
         lo, hi = self.latent_range
         t = np.clip((np.asarray(latent, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
         n_levels = self.level_scores.shape[1]
@@ -152,12 +173,6 @@ def _inverse_transform(level, transform, n_levels: int, latent_range) -> np.ndar
     return lo + (hi - lo) * t
 
 
-def _check_int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
-    return int(value)
-
-
 def _check_real(value: Any, name: str, low: float, high: float, *, open_low: bool) -> float:
     ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
     v = float(value) if ok else math.nan
@@ -171,6 +186,7 @@ def _check_real(value: Any, name: str, low: float, high: float, *, open_low: boo
 def simulate_ratings(
     design: str = "sd1",
     *,
+    key: jax.Array,
     n_users: int = 300,
     n_items: int = 400,
     rank: int = 5,
@@ -178,7 +194,6 @@ def simulate_ratings(
     noise: float = 0.1,
     n_segments: int | None = None,
     n_levels: int = 5,
-    seed: int = 0,
 ) -> RatingSimulation:
     r"""Simulate explicit ratings from a low-rank score matrix through known monotone
     transforms (designs ``"sd1"`` and ``"sd2"``: module docstring).
@@ -186,6 +201,9 @@ def simulate_ratings(
     Args:
         design: ``"sd1"`` (one transform for all users) or ``"sd2"`` (``n_segments``
             segments of users, each with its own transform).
+        key: a JAX PRNG key (``jax.random.key(seed)``); the draws are made by NumPy from
+            it (:func:`jaxcal._rng.numpy_rng`), so the result is a deterministic function
+            of the arguments.
         n_users, n_items: matrix size (each >= 2).
         rank: rank ``d`` of the score matrix (>= 1).
         density: probability that a pair is observed, in (0, 1] (every user still gets at
@@ -195,17 +213,19 @@ def simulate_ratings(
         n_segments: number of segments; ``"sd1"``: 1 (the default), ``"sd2"``: 2..6
             (default 3).
         n_levels: number of rating levels ``L`` (>= 2); ratings are 1..L.
-        seed: the seed (an int): the result is a deterministic function of the arguments.
 
     Returns:
         A :class:`RatingSimulation`.
 
     Raises:
-        ValueError: an unknown design or an argument out of range (the message names it).
+        ValueError: an unknown design, an argument out of range (the message names it),
+            or ``key`` not a JAX PRNG key.
 
     Example:
+        >>> import jax
         >>> from jaxcal.data import simulate_ratings
-        >>> sim = simulate_ratings("sd2", n_users=60, n_items=80, density=0.2, seed=1)
+        >>> key = jax.random.key(1)
+        >>> sim = simulate_ratings("sd2", n_users=60, n_items=80, density=0.2, key=key)
         >>> sim.scores.shape, sim.level_scores.shape, sorted(set(sim.segment.tolist()))
         ((60, 80), (3, 5), [0, 1, 2])
         >>> sorted(set(sim.ratings.rating.tolist()))
@@ -213,13 +233,13 @@ def simulate_ratings(
     """
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}; got {design!r}.")
-    n_users = _check_int(n_users, "n_users", 2)
-    n_items = _check_int(n_items, "n_items", 2)
-    rank = _check_int(rank, "rank", 1)
-    n_levels = _check_int(n_levels, "n_levels", 2)
+    n_users = check_int(n_users, "n_users", minimum=2)
+    n_items = check_int(n_items, "n_items", minimum=2)
+    rank = check_int(rank, "rank", minimum=1)
+    n_levels = check_int(n_levels, "n_levels", minimum=2)
     density = _check_real(density, "density", 0.0, 1.0, open_low=True)
     noise = _check_real(noise, "noise", 0.0, math.inf, open_low=False)
-    seed = _check_int(seed, "seed", 0)
+    rng = numpy_rng(key)
     if design == "sd1":
         if n_segments not in (None, 1):
             raise ValueError(f"design 'sd1' has one segment; got n_segments={n_segments!r}.")
@@ -236,7 +256,6 @@ def simulate_ratings(
             )
         n_segments = int(n_segments)
 
-    rng = np.random.default_rng(seed)
     u = rng.normal(scale=1.0 / math.sqrt(rank), size=(n_users, rank))
     v = rng.normal(size=(n_items, rank))
     scores = u @ v.T
@@ -275,14 +294,14 @@ def split_ratings(
     *,
     validation: float = 0.1,
     test: float = 0.2,
-    seed: Any = 0,
+    key: jax.Array | None = None,
     timestamp: ArrayLike | None = None,
 ) -> tuple[Interactions, Interactions, Interactions]:
     """Split ratings into training, validation and test parts.
 
     Without ``timestamp``: ``round(test * n)`` ratings chosen uniformly at random go to
     test and ``round(validation * n)`` of the rest to validation (reproducible from
-    ``seed``). With ``timestamp`` (one per rating): chronological, as in the CMTRF paper's
+    ``key``). With ``timestamp`` (one per rating): chronological, as in the CMTRF paper's
     80 / 20 split: the oldest ratings train, the next validate, the newest test (ties in
     time keep the input order).
 
@@ -290,7 +309,9 @@ def split_ratings(
         x: the ratings (:class:`~jaxcal.data.Interactions`).
         validation: share of all ratings for validation, in [0, 1).
         test: share of all ratings for test, in [0, 1); ``validation + test < 1``.
-        seed: randomness of the random split (an int seed, a NumPy generator or a JAX key).
+        key: a JAX PRNG key (``jax.random.key(seed)``), required for the random split
+            (the permutation is drawn by NumPy from it, :func:`jaxcal._rng.numpy_rng`);
+            unused by the chronological one.
         timestamp: ``[n]`` times of the ratings (any real numbers); chronological split.
 
     Returns:
@@ -299,8 +320,9 @@ def split_ratings(
         rating exactly once.
 
     Raises:
-        ValueError: ``x`` is not Interactions or is empty, fractions out of range, or
-            ``timestamp`` of the wrong length or with NaN.
+        ValueError: ``x`` is not Interactions or is empty, fractions out of range,
+            ``timestamp`` of the wrong length or with NaN, or no valid ``key`` for a random
+            split.
 
     Example:
         >>> import numpy as np
@@ -310,6 +332,10 @@ def split_ratings(
         ...     x, validation=0.2, test=0.2, timestamp=[50, 10, 40, 20, 30])
         >>> train.rating, val.rating, test.rating
         (array([3, 1, 2]), array([4]), array([5]))
+        >>> import jax  # a random split needs a key
+        >>> parts = split_ratings(x, validation=0.2, test=0.2, key=jax.random.key(0))
+        >>> [p.size for p in parts]
+        [3, 1, 1]
     """
     if not isinstance(x, Interactions):
         raise ValueError(f"x must be jaxcal.data.Interactions; got {type(x).__name__}.")
@@ -325,7 +351,12 @@ def split_ratings(
     n_test = int(round(test * n))
     n_val = int(round(validation * n))
     if timestamp is None:
-        order = as_rng(seed).permutation(n)
+        if key is None:
+            raise ValueError(
+                "key is required for a random split: pass key=jax.random.key(seed), or "
+                "timestamp= for a chronological one."
+            )
+        order = numpy_rng(key).permutation(n)
         rank = np.empty(n, np.int64)
         rank[order] = np.arange(n)
         part = np.where(rank < n_test, 2, np.where(rank < n_test + n_val, 1, 0))

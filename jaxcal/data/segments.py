@@ -30,7 +30,17 @@ __all__ = ["SegmentData", "simulate_segments"]
 
 
 class SegmentData(NamedTuple):
-    """Simulated impressions: scores, labels, a feature table and the true probabilities."""
+    """Simulated impressions: scores, labels, a feature table and the true probabilities.
+
+    Made by :func:`simulate_segments`.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import simulate_segments
+        >>> data = simulate_segments(500, key=jax.random.key(0), n_devices=3)
+        >>> sorted(set(data.features["device"].tolist())), data.true_probs.shape
+        ([0, 1, 2], (500,))
+    """
 
     scores: np.ndarray  # (n,) the base model's probabilities sigma(z)
     labels: np.ndarray  # (n,) 0/1 outcomes drawn from true_probs

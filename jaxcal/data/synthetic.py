@@ -36,9 +36,11 @@ Saito et al. 2020; Kweon, Kang and Yu, AAAI 2022).
 
 Example (fit on ``data.scores[v]``, ``data.clicks[v]`` with ``propensity=data.propensity[v]``,
 evaluate on ``data.scores[t]`` against ``data.relevance[t]``, ideal missing-at-random labels):
+    >>> import jax
     >>> from jaxcal.data import simulate_preferences
-    >>> data = simulate_preferences(n_users=200, n_items=300, seed=0)
-    >>> split = data.split(validation_fraction=0.5, seed=1)
+    >>> k_data, k_split = jax.random.split(jax.random.key(0))
+    >>> data = simulate_preferences(n_users=200, n_items=300, key=k_data)
+    >>> split = data.split(validation_fraction=0.5, key=k_split)
     >>> v, t = split.validation, split.test  # indices of the pairs
     >>> v.shape, t.shape
     ((30000,), (30000,))
@@ -55,12 +57,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._rng import numpy_rng
+from jaxcal._validation import check_key
 
 __all__ = ["SyntheticData", "Split", "simulate_preferences"]
 
 
 class Split(NamedTuple):
-    """Disjoint index arrays into the pairs of a :class:`SyntheticData`."""
+    """Disjoint index arrays into the pairs of a :class:`SyntheticData`
+    (:meth:`SyntheticData.split`).
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.data import simulate_preferences
+        >>> data = simulate_preferences(n_users=4, n_items=5, key=jax.random.key(0))
+        >>> split = data.split(validation_fraction=0.25, key=jax.random.key(1))
+        >>> split.validation.size, split.test.size
+        (5, 15)
+    """
 
     validation: np.ndarray  #: pairs for fitting a calibrator (labels: clicks, MNAR)
     test: np.ndarray  #: pairs for evaluation (labels: relevance, the ideal MAR labels)
@@ -76,6 +90,17 @@ class SyntheticData:
     ``item_popularity``: ``[n_items]`` Zipf weights :math:`q_i`. ``item_counts``:
     ``[n_items]`` observed positives per item :math:`\\sum_u Y_{ui}` (the input of
     ``jaxcal.debias.popularity_propensity``). ``settings``: the generating parameters.
+
+    Made by :func:`simulate_preferences`.
+
+    Example:
+        >>> import jax
+        >>> from jaxcal.data import simulate_preferences
+        >>> data = simulate_preferences(n_users=3, n_items=4, key=jax.random.key(0))
+        >>> data.n_pairs, data.scores.shape, data.item_counts.shape
+        (12, (12,), (4,))
+        >>> bool((data.clicks <= data.relevance).all())  # a click needs relevance
+        True
     """
 
     users: jax.Array
@@ -94,10 +119,17 @@ class SyntheticData:
 
     @property
     def n_pairs(self) -> int:
-        """Number of user-item pairs (``n_users * n_items``)."""
+        """Number of user-item pairs (``n_users * n_items``).
+
+        Example:
+            >>> import jax
+            >>> from jaxcal.data import simulate_preferences
+            >>> simulate_preferences(n_users=3, n_items=4, key=jax.random.key(0)).n_pairs
+            12
+        """
         return self.n_users * self.n_items
 
-    def split(self, *, validation_fraction: float = 0.5, seed: int = 0) -> Split:
+    def split(self, *, key: jax.Array, validation_fraction: float = 0.5) -> Split:
         """Reproducible random split of the pairs into validation and test.
 
         Validation pairs are meant to be used with their missing-not-at-random clicks
@@ -105,15 +137,29 @@ class SyntheticData:
         ``true_prob``), i.e. as a missing-at-random test set like Yahoo!R3's or Coat's.
 
         Args:
+            key: a JAX PRNG key (``jax.random.key(seed)``); the permutation of the pairs is
+                drawn by :func:`jaxcal._rng.numpy_rng` of it, so the same key gives the same
+                split.
             validation_fraction: share of pairs in the validation part, in (0, 1).
-            seed: seed of the permutation (numpy ``default_rng``).
 
         Returns:
             :class:`Split` of sorted, disjoint int64 index arrays covering every pair.
 
         Raises:
-            ValueError: ``validation_fraction`` outside (0, 1) or leaving a part empty.
+            ValueError: ``key`` is not a JAX PRNG key, or ``validation_fraction`` is
+                outside (0, 1) or leaves a part empty.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.data import simulate_preferences
+            >>> data = simulate_preferences(n_users=10, n_items=20, key=jax.random.key(0))
+            >>> split = data.split(validation_fraction=0.3, key=jax.random.key(1))
+            >>> split.validation.size, split.test.size
+            (60, 140)
+            >>> np.array_equal(np.union1d(split.validation, split.test), np.arange(200))
+            True
         """
+        rng = numpy_rng(key)
         if not 0.0 < validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1); got {validation_fraction}.")
         n = self.n_pairs
@@ -122,7 +168,7 @@ class SyntheticData:
             raise ValueError(
                 f"validation_fraction={validation_fraction} leaves an empty part of {n} pairs."
             )
-        perm = np.random.default_rng(seed).permutation(n)
+        perm = rng.permutation(n)
         return Split(np.sort(perm[:n_val]), np.sort(perm[n_val:]))
 
 
@@ -181,8 +227,7 @@ def simulate_preferences(
     *,
     n_users: int,
     n_items: int,
-    key: jax.Array | None = None,
-    seed: int | None = None,
+    key: jax.Array,
     n_factors: int = 8,
     base_rate: float = 0.1,
     preference_scale: float = 2.0,
@@ -200,8 +245,7 @@ def simulate_preferences(
     Args:
         n_users: number of users (>= 1).
         n_items: number of items (>= 2).
-        key: a ``jax.random`` key; give exactly one of ``key`` and ``seed``.
-        seed: an integer seed (turned into ``jax.random.key(seed)``).
+        key: a JAX PRNG key (``jax.random.key(seed)``): the same key gives the same data.
         n_factors: latent dimension :math:`d`.
         base_rate: mean true preference :math:`\bar r`, in (0, 1).
         preference_scale: :math:`\beta`, spread of the true preference logits (> 0).
@@ -219,16 +263,17 @@ def simulate_preferences(
         A :class:`SyntheticData` (float arrays in JAX's default float dtype).
 
     Raises:
-        ValueError: both or neither of ``key``/``seed``, or a parameter out of range.
+        ValueError: ``key`` is not a JAX PRNG key, or a parameter is out of range.
 
     Example:
+        >>> import jax
         >>> from jaxcal.data import simulate_preferences
-        >>> data = simulate_preferences(n_users=200, n_items=300, seed=0, base_rate=0.2)
+        >>> key = jax.random.key(0)
+        >>> data = simulate_preferences(n_users=200, n_items=300, key=key, base_rate=0.2)
         >>> round(float(data.true_prob.mean()), 3)
         0.2
     """
-    if (key is None) == (seed is None):
-        raise ValueError("give exactly one of key= and seed=.")
+    key = check_key(key)
     for name, value, lo in (("n_users", n_users, 1), ("n_items", n_items, 2),
                             ("n_factors", n_factors, 1)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
@@ -258,8 +303,6 @@ def simulate_preferences(
         raise ValueError(
             f"parameter(s) out of range: {given} (see the docstring of simulate_preferences)."
         )
-    if key is None:
-        key = jax.random.key(int(seed))
     settings = dict(
         base_rate=float(base_rate),
         preference_scale=float(preference_scale),

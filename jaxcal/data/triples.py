@@ -67,6 +67,16 @@ class Interactions(NamedTuple):
         Raises:
             ValueError: non-integer or negative ids, ids out of range, length mismatch,
                 non-integer ratings, or a (user, item) pair listed twice.
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> x = Interactions.create([0, 2], [1, 0], n_items=3)
+            >>> x.rating, x.n_users, x.n_items
+            (array([1, 1]), 3, 3)
+            >>> Interactions.create([0, 0], [1, 1])
+            Traceback (most recent call last):
+            ...
+            ValueError: (user, item) pair (0, 1) occurs 2 times; each pair may be listed once.
         """
         u = _int_array(user, "user")
         i = _int_array(item, "item")
@@ -95,7 +105,15 @@ class Interactions(NamedTuple):
     @classmethod
     def from_dense(cls, matrix: ArrayLike, *, missing: int = 0) -> Interactions:
         """Triples of the entries of a ``[n_users, n_items]`` matrix that differ from ``missing``
-        (row-major order: sorted by user, then item)."""
+        (row-major order: sorted by user, then item).
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.data import Interactions
+            >>> x = Interactions.from_dense(np.array([[-1, 2], [3, -1]]), missing=-1)
+            >>> x.user, x.item, x.rating
+            (array([0, 1]), array([1, 0]), array([2, 3]))
+        """
         m = np.asarray(matrix)
         if m.ndim != 2:
             raise ValueError(f"matrix must be 2-D [n_users, n_items]; got shape {m.shape}.")
@@ -109,14 +127,27 @@ class Interactions(NamedTuple):
 
     def to_dense(self, *, fill: int = 0) -> np.ndarray:
         """The ``[n_users, n_items]`` rating matrix, in the ratings' dtype (``fill`` where no
-        triple)."""
+        triple).
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> Interactions.create([0, 1], [1, 0], [4, 2]).to_dense(fill=-1)
+            array([[-1,  4],
+                   [ 2, -1]])
+        """
         out = np.full((self.n_users, self.n_items), fill, dtype=self.rating.dtype)
         out[self.user, self.item] = self.rating
         return out
 
     @property
     def degrees(self) -> tuple[np.ndarray, np.ndarray]:
-        """Number of triples per user ``[n_users]`` and per item ``[n_items]``."""
+        """Number of triples per user ``[n_users]`` and per item ``[n_items]``.
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> Interactions.create([0, 0, 1], [0, 1, 1], n_items=3).degrees
+            (array([2, 1]), array([1, 2, 0]))
+        """
         return (
             np.bincount(self.user, minlength=self.n_users),
             np.bincount(self.item, minlength=self.n_items),
@@ -124,11 +155,24 @@ class Interactions(NamedTuple):
 
     @property
     def size(self) -> int:
-        """Number of triples."""
+        """Number of triples.
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> Interactions.create([0, 0, 1], [0, 1, 1]).size
+            3
+        """
         return int(self.user.shape[0])
 
     def select(self, mask: ArrayLike) -> Interactions:
-        """The triples where the boolean ``mask`` (length ``size``) is true."""
+        """The triples where the boolean ``mask`` (length ``size``) is true.
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> x = Interactions.create([0, 0, 1], [0, 1, 1], [5, 2, 4])
+            >>> x.select(x.rating >= 4).item
+            array([0, 1])
+        """
         m = np.asarray(mask, dtype=bool)
         return Interactions(self.user[m], self.item[m], self.rating[m], self.n_users, self.n_items)
 
@@ -138,6 +182,13 @@ class Interactions(NamedTuple):
 
         Raises:
             ValueError: ``other`` is not Interactions or its matrix has another size.
+
+        Example:
+            >>> from jaxcal.data import Interactions
+            >>> x = Interactions.create([0, 0, 1], [0, 1, 1], [5, 2, 4])
+            >>> high = x.rating >= 4
+            >>> x.select(high).concat(x.select(~high)).rating
+            array([5, 4, 2])
         """
         if not isinstance(other, Interactions):
             raise ValueError(f"other must be Interactions; got {type(other).__name__}.")
@@ -159,6 +210,17 @@ def as_matrix(x: ArrayLike | Interactions, name: str) -> np.ndarray:
 
     Raises:
         ValueError: naming ``name``, on any other input.
+
+    Example:
+        >>> from jaxcal.data import Interactions
+        >>> from jaxcal.data.triples import as_matrix
+        >>> as_matrix(Interactions.create([1], [0], [3]), "ratings")
+        array([[0],
+               [3]])
+        >>> as_matrix([1.0, 2.0], "ratings")
+        Traceback (most recent call last):
+        ...
+        ValueError: ratings must be a non-empty [n_users, n_items] matrix or Interactions.
     """
     if isinstance(x, Interactions):
         return x.to_dense()

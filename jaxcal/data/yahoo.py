@@ -34,6 +34,16 @@ class YahooR3Data(NamedTuple):
     Attributes:
         train: self-selected ratings (MNAR), :class:`~jaxcal.data.Interactions`.
         test: ratings of uniformly random songs (MAR), same id space.
+
+    Made by :func:`load_yahoo_r3`.
+
+    Example:
+        >>> from jaxcal.data import Interactions, YahooR3Data
+        >>> train = Interactions.create([0, 1], [0, 2], [5, 1], n_users=2, n_items=3)
+        >>> test = Interactions.create([0], [1], [4], n_users=2, n_items=3)
+        >>> YahooR3Data(train, test).test.to_dense()
+        array([[0, 4, 0],
+               [0, 0, 0]])
     """
 
     train: Interactions
@@ -73,12 +83,18 @@ def load_yahoo_r3(
         ValueError: missing files, malformed lines (with the line number), ids outside
             ``1..n``, ratings outside 1..5, or duplicate (user, item) pairs.
 
-    Example (needs the Webscope files, which are licensed and not redistributed, so it is
-    skipped when the examples are tested):
-        >>> import jaxcal
-        >>> from jaxcal.data import binarize
-        >>> data = jaxcal.data.load_yahoo_r3("~/data/yahoo_r3")  # doctest: +SKIP
-        >>> positives = binarize(data.train)  # rating >= 4  # doctest: +SKIP
+    Example (the Webscope files are licensed and not redistributed; two small files in
+    their format here):
+        >>> import pathlib, tempfile
+        >>> from jaxcal.data import binarize, load_yahoo_r3
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "train.txt").write_text("1\\t1\\t5\\n1\\t3\\t2\\n2\\t3\\t4\\n")
+        >>> _ = (d / "test.txt").write_text("1\\t2\\t4\\n")
+        >>> data = load_yahoo_r3((d / "train.txt", d / "test.txt"))
+        >>> data.train.user, data.train.item, data.train.n_users
+        (array([0, 0, 1]), array([0, 2, 2]), 15400)
+        >>> binarize(data.train).item  # rating >= 4
+        array([0, 2])
     """
     if isinstance(path, tuple | list):
         if len(path) != 2:

@@ -29,7 +29,7 @@ from jaxcal._fitdata import maybe_check_scores
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass
 from jaxcal._shapes import map_padded, pad_rows, padded_size
-from jaxcal._validation import check_fit_inputs
+from jaxcal._validation import check_fit_inputs, check_real
 from jaxcal.losses import LOSSES
 
 __all__ = [
@@ -67,18 +67,24 @@ def negative_sampling_base_rate(
 
     Returns:
         The implied base rate.
+
+    Raises:
+        ValueError: an unknown ``loss``, ``n_negatives`` or ``negative_weight`` not a finite
+            number > 0, ``mean_inverse_propensity`` not a finite number >= 1.
+
+    Example:
+        >>> from jaxcal.debias import negative_sampling_base_rate
+        >>> round(negative_sampling_base_rate(57), 4)  # 1 / 58
+        0.0172
+        >>> round(negative_sampling_base_rate(57, loss="ips", mean_inverse_propensity=3.0), 4)
+        0.0517
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}; got {loss!r}.")
-    if not n_negatives > 0 or not negative_weight > 0:
-        raise ValueError("n_negatives and negative_weight must be > 0.")
-    if not mean_inverse_propensity >= 1:
-        raise ValueError(
-            f"mean_inverse_propensity must be >= 1 (propensities <= 1); got "
-            f"{mean_inverse_propensity}."
-        )
-    rv = float(n_negatives) * float(negative_weight)
-    m = float(mean_inverse_propensity)
+    r = check_real(n_negatives, "n_negatives", minimum=0.0, strict=True)
+    v = check_real(negative_weight, "negative_weight", minimum=0.0, strict=True)
+    m = check_real(mean_inverse_propensity, "mean_inverse_propensity", minimum=1.0)
+    rv = r * v
     if loss in ("naive", "snips"):
         return 1.0 / (1.0 + rv)
     if loss == "ips":
@@ -87,11 +93,11 @@ def negative_sampling_base_rate(
 
 
 def _logit_of(calibrator: Any, scores: Any) -> jax.Array:
-    """Calibrated logits: the calibrator's exact ``logit`` (parametric calibrators) when it
-    has one; else the logit of ``predict``, with probabilities clipped to [eps, 1 - eps]
-    (eps = dtype epsilon) so that maps that reach 0 or 1 exactly (isotonic) stay finite.
-    The clip is the only one."""
-    method = getattr(calibrator, "logit", None)
+    """Calibrated logits: the calibrator's exact ``predict_logit`` (parametric calibrators)
+    when it has one; else the logit of ``predict``, with probabilities clipped to
+    [eps, 1 - eps] (eps = dtype epsilon) so that maps that reach 0 or 1 exactly (isotonic)
+    stay finite. The clip is the only one."""
+    method = getattr(calibrator, "predict_logit", None)
     if callable(method):
         return jnp.asarray(method(scores))
     p = jnp.asarray(calibrator.predict(scores))
@@ -105,20 +111,54 @@ class BaseRateCorrected:
     r"""A fitted calibrator with its level moved by a logit shift:
     :math:`p'(s) = \sigma(\operatorname{logit} p(s) + \delta)`.
 
+    The result of :func:`prior_shift_correction`; a pytree (usable in ``jit``, ``save`` /
+    ``jaxcal.load``).
+
     Attributes:
         base: the fitted calibrator (any jaxcal fitted pytree with ``predict``).
         shift: scalar :math:`\delta`.
+
+    Example:
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.debias import BaseRateCorrected
+        >>> s, y = np.array([-1.0, -0.5, 0.2, 0.4, 1.0]), np.array([0, 1, 0, 1, 1])
+        >>> fitted = jaxcal.PlattScaling().fit(s, y)
+        >>> up = BaseRateCorrected(base=fitted, shift=np.float32(1.0))  # odds times e
+        >>> bool(np.allclose(up.predict_logit(s), fitted.predict_logit(s) + 1.0, atol=1e-6))
+        True
     """
 
     base: Any
     shift: jax.Array
 
-    def logit(self, scores: ArrayLike) -> jax.Array:
-        """Corrected logits ``logit p(s) + shift``."""
+    def predict_logit(self, scores: ArrayLike) -> jax.Array:
+        """Corrected logits ``logit p(s) + shift`` (any shape of ``scores``).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> from jaxcal.debias import BaseRateCorrected
+            >>> s = np.array([0.1, 0.2, 0.3, 0.6, 0.7, 0.9])
+            >>> y = np.array([0, 0, 1, 0, 1, 1])
+            >>> fitted = jaxcal.HistogramBinning(n_bins=2).fit(s, y)  # 1/3, 2/3: no logit
+            >>> z = BaseRateCorrected(base=fitted, shift=np.float32(0.0)).predict_logit(s)
+            >>> np.asarray(z).round(4).tolist()  # -log 2, log 2
+            [-0.6931, -0.6931, -0.6931, 0.6931, 0.6931, 0.6931]
+        """
         return map_padded(lambda s: _corrected_logit(self, s), maybe_check_scores(scores))
 
     def predict(self, scores: ArrayLike) -> jax.Array:
-        """Corrected probabilities ``sigmoid(logit p(s) + shift)``."""
+        """Corrected probabilities ``sigmoid(logit p(s) + shift)`` (any shape of ``scores``).
+
+        Example:
+            >>> import jaxcal, numpy as np
+            >>> from jaxcal.debias import BaseRateCorrected
+            >>> s = np.array([0.1, 0.2, 0.3, 0.6, 0.7, 0.9])
+            >>> y = np.array([0, 0, 1, 0, 1, 1])
+            >>> fitted = jaxcal.HistogramBinning(n_bins=2).fit(s, y)  # odds 1/2 and 2
+            >>> corrected = BaseRateCorrected(base=fitted, shift=np.float32(np.log(2.0)))
+            >>> np.asarray(corrected.predict(s)).round(4).tolist()  # odds 1 and 4
+            [0.5, 0.5, 0.5, 0.8, 0.8, 0.8]
+        """
         return map_padded(lambda s: _corrected_predict(self, s), maybe_check_scores(scores))
 
 
@@ -204,11 +244,13 @@ def prior_shift_correction(
             1e-6 in float32).
 
     Returns:
-        :class:`BaseRateCorrected` (a pytree: usable in ``jit``, ``save`` / ``jaxcal.load``).
+        :class:`BaseRateCorrected` (a pytree: usable in ``jit``, ``save`` / ``jaxcal.load``),
+        whose ``shift`` has the dtype of the calibrator's logits (float32 for a calibrator
+        fitted on float32 scores).
 
     Raises:
         ValueError: NaN scores, labels not 0/1, one class only, length mismatch, negative
-            weights, or a calibrator without ``predict``.
+            weights, a calibrator without ``predict``, or ``tol`` not a finite number > 0.
 
     Example (a calibrator fitted where half the positives went unrecorded, corrected
     with 200 pairs whose labels are complete):
@@ -226,11 +268,14 @@ def prior_shift_correction(
     """
     if not hasattr(fitted_calibrator, "predict"):
         raise ValueError("fitted_calibrator must be a fitted calibrator with a predict method.")
+    if tol is not None:
+        tol = check_real(tol, "tol", minimum=0.0, strict=True)
     s, y, w = check_fit_inputs(mar_scores, mar_labels, sample_weight)
     dtype = np.dtype(jnp.result_type(float))
     z = np.asarray(map_padded(lambda x: _base_logit(fitted_calibrator, x), s.astype(dtype)))
     if not np.all(np.isfinite(z)):
         raise ValueError("the calibrator returned non-finite probabilities on mar_scores.")
+    dtype = z.dtype  # the base calibrator's logits': the shift has their dtype
     if tol is None:
         tol = 1e-12 if dtype == np.float64 else 1e-6
     # padded to the size bucket with zero-weight copies of the first logit (jaxcal._shapes)

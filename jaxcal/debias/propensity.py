@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcal._validation import check_1d
+from jaxcal._validation import check_1d, check_int, check_real
 from jaxcal.data.triples import Interactions
 
 __all__ = ["popularity_propensity", "uniform_propensity"]
@@ -47,10 +47,9 @@ def popularity_propensity(
         raise ValueError("item_counts must be finite and non-negative.")
     if counts.max() <= 0:
         raise ValueError("item_counts are all zero; no item was ever observed.")
-    if not 0 < clip <= 1:
+    if not 0 < check_real(clip, "clip") <= 1:
         raise ValueError(f"clip must be in (0, 1]; got {clip}.")
-    if not power > 0:
-        raise ValueError(f"power must be > 0; got {power}.")
+    check_real(power, "power", minimum=0.0, strict=True)
     return np.maximum((counts / counts.max()) ** power, clip)
 
 
@@ -72,7 +71,24 @@ def _item_counts(data: ArrayLike | Interactions) -> np.ndarray:
 
 
 def uniform_propensity(n: int, value: float = 1.0) -> np.ndarray:
-    """Constant propensities (``value`` in (0, 1]); with 1.0, IPS equals the naive loss."""
-    if not 0 < value <= 1:
+    """Constant propensities (``value`` in (0, 1]); with 1.0, IPS equals the naive loss.
+
+    Args:
+        n: how many (an integer >= 0).
+        value: the propensity, in (0, 1].
+
+    Returns:
+        ``[n]`` float64 propensities.
+
+    Raises:
+        ValueError: ``n`` not an integer >= 0, ``value`` outside (0, 1].
+
+    Example:
+        >>> from jaxcal.debias import uniform_propensity
+        >>> uniform_propensity(3, 0.5)
+        array([0.5, 0.5, 0.5])
+    """
+    n = check_int(n, "n", minimum=0)
+    if not 0 < check_real(value, "value") <= 1:
         raise ValueError(f"value must be in (0, 1]; got {value}.")
-    return np.full(int(n), float(value))
+    return np.full(n, float(value))

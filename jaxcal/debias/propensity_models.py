@@ -25,6 +25,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass
+from jaxcal._validation import check_real
 from jaxcal.data.triples import Interactions, as_matrix
 
 __all__ = [
@@ -51,6 +52,13 @@ def matrix_propensity(
 
     Raises:
         ValueError: values outside (0, 1], non-finite values, ids out of range.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import matrix_propensity
+        >>> m = np.array([[0.5, 1.0], [0.25, 0.1]])
+        >>> matrix_propensity(m, users=[0, 1], items=[1, 0])
+        array([1.  , 0.25])
     """
     m = as_matrix(matrix, "matrix").astype(np.float64)
     if (m <= 0).any() or (m > 1).any():
@@ -73,7 +81,14 @@ def matrix_propensity(
 def exposure_rate(observed: ArrayLike | Interactions) -> float:
     r"""Mean exposure :math:`\bar\omega = \#\{O = 1\} / (n_\text{users} n_\text{items})`:
     the density of an explicit-feedback matrix (every rated pair, whatever the rating, was
-    exposed). Coat: 24 / 300 = 0.08."""
+    exposed). Coat: 24 / 300 = 0.08.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import exposure_rate
+        >>> exposure_rate(np.array([[5, 0, 0, 1], [0, 0, 3, 0]]))  # 3 of 8 pairs rated
+        0.375
+    """
     m = as_matrix(observed, "observed") != 0
     return float(m.mean())
 
@@ -102,11 +117,17 @@ def rescale_propensity(
     Raises:
         ValueError: non-positive or non-finite relative propensities, target outside
             (0, 1], negative weights.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import rescale_propensity
+        >>> rescale_propensity(np.array([1.0, 0.5, 0.25]), 0.35)  # mean 0.35, order kept
+        array([0.6 , 0.3 , 0.15])
     """
     rho = np.asarray(relative, dtype=np.float64).ravel()
     if rho.size == 0 or not np.isfinite(rho).all() or (rho <= 0).any():
         raise ValueError("relative propensities must be finite and > 0.")
-    if not 0 < target_rate <= 1:
+    if not 0 < check_real(target_rate, "target_rate") <= 1:
         raise ValueError(f"target_rate must lie in (0, 1]; got {target_rate}.")
     w = np.ones_like(rho) if weights is None else np.asarray(weights, np.float64).ravel()
     if w.shape != rho.shape or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
@@ -151,6 +172,16 @@ def holdout_propensity(
 
     Returns:
         Float64 array of the broadcast shape, in (0, 1].
+
+    Raises:
+        ValueError: ``propensity`` or ``holdout_rate`` outside (0, 1] or not finite.
+
+    Example:
+        >>> from jaxcal.debias import holdout_propensity
+        >>> holdout_propensity([0.5, 1.0], 0.2)  # 0.2 w / (1 - 0.8 w)
+        array([0.16666667, 1.        ])
+        >>> holdout_propensity([0.5, 1.0], 0.2, unseen_only=False)
+        array([0.1, 0.2])
     """
     omega = np.asarray(propensity, np.float64)
     h = np.asarray(holdout_rate, np.float64)
@@ -170,10 +201,21 @@ def holdout_propensity(
 class NaiveBayesPropensity:
     r"""Per-rating-value propensities :math:`P(O = 1 \mid Y = y)` (Schnabel et al. 2016).
 
+    The result of :func:`naive_bayes_propensity`.
+
     Attributes:
         levels: ``[L]`` sorted rating values.
         propensity: ``[L]`` propensities for each level.
         observed_rate: :math:`P(O = 1)`.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import NaiveBayesPropensity
+        >>> model = NaiveBayesPropensity(
+        ...     levels=np.array([1.0, 5.0]), propensity=np.array([0.1, 0.6]),
+        ...     observed_rate=np.array(0.2))
+        >>> np.asarray(model.predict(np.array([5.0, 1.0, 5.0]))).tolist()
+        [0.6, 0.1, 0.6]
     """
 
     levels: jax.Array
@@ -181,7 +223,17 @@ class NaiveBayesPropensity:
     observed_rate: jax.Array
 
     def predict(self, ratings: ArrayLike) -> jax.Array:
-        """Propensity of each rating value (any shape); values must be among ``levels``."""
+        """Propensity of each rating value (any shape); values must be among ``levels``.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.debias import naive_bayes_propensity
+            >>> observed = np.array([[5, 0, 1, 0], [0, 5, 0, 0]])  # 3 of 8 pairs rated
+            >>> mar = np.array([1, 1, 1, 5])  # ratings of uniformly drawn pairs
+            >>> model = naive_bayes_propensity(observed, mar)
+            >>> np.asarray(model.predict(np.array([1, 5]))).round(3).tolist()
+            [0.167, 1.0]
+        """
         r = jnp.asarray(ratings)
         if not isinstance(r, jax.core.Tracer):
             bad = ~np.isin(np.asarray(r), np.asarray(self.levels))
@@ -240,6 +292,15 @@ def naive_bayes_propensity(
     Raises:
         ValueError: empty inputs, a level seen in the MNAR data but never in the MAR sample
             with ``alpha = 0``, negative ``alpha``, missing ``n_pairs``.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import naive_bayes_propensity
+        >>> observed = np.array([[5, 0, 1, 0], [0, 5, 0, 0]])  # 3 of 8 pairs rated
+        >>> mar = np.array([1, 1, 1, 5])  # ratings of uniformly drawn pairs
+        >>> model = naive_bayes_propensity(observed, mar, alpha=1.0)
+        >>> np.asarray(model.levels).tolist(), float(model.observed_rate)
+        ([1, 5], 0.375)
     """
     obs, n_obs_pairs = _values(observed, "observed")
     mar_vals, _ = _values(mar, "mar")
@@ -248,8 +309,7 @@ def naive_bayes_propensity(
         raise ValueError("pass n_pairs (the number of user-item pairs) with 1-D ratings.")
     if obs.size == 0 or mar_vals.size == 0:
         raise ValueError("observed and mar ratings must both be non-empty.")
-    if not alpha >= 0:
-        raise ValueError(f"alpha must be >= 0; got {alpha}.")
+    alpha = check_real(alpha, "alpha", minimum=0.0)
     if obs.size > n_pairs:
         raise ValueError(f"{obs.size} observed ratings but only n_pairs={n_pairs} pairs.")
     levels = np.union1d(obs, mar_vals)
@@ -288,25 +348,58 @@ def naive_bayes_propensity(
 class LogisticPropensity:
     r"""Logistic exposure model :math:`\omega_{ui} = \sigma(b + x_u^\top\beta + z_i^\top\gamma)`.
 
+    The result of :func:`logistic_propensity`: :meth:`predict` gives the propensities of
+    every user-item pair, :meth:`predict_logit` their logits
+    :math:`b + x_u^\top\beta + z_i^\top\gamma` (the convention of every jaxcal model:
+    ``predict`` for the main output, ``predict_logit`` for its logits).
+
     Attributes:
         intercept: scalar :math:`b`.
         user_coef: ``[p]`` :math:`\beta`.
         item_coef: ``[q]`` :math:`\gamma`.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import LogisticPropensity
+        >>> model = LogisticPropensity(
+        ...     intercept=np.array(-1.0), user_coef=np.array([2.0]), item_coef=np.array([0.5]))
+        >>> z = model.predict_logit(np.array([[0.0], [1.0]]), np.array([[0.0], [2.0]]))
+        >>> np.asarray(z).tolist()  # b + 2 x_u + 0.5 z_i
+        [[-1.0, 0.0], [1.0, 2.0]]
     """
 
     intercept: jax.Array
     user_coef: jax.Array
     item_coef: jax.Array
 
-    def logits(self, user_features: ArrayLike, item_features: ArrayLike) -> jax.Array:
-        """``[n_users, n_items]`` logits for every user-item pair."""
+    def predict_logit(self, user_features: ArrayLike, item_features: ArrayLike) -> jax.Array:
+        r"""``[n_users, n_items]`` exposure logits :math:`b + x_u^\top\beta + z_i^\top\gamma`
+        of every user-item pair.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.debias import LogisticPropensity
+            >>> model = LogisticPropensity(
+            ...     intercept=np.array(0.5), user_coef=np.zeros(1), item_coef=np.zeros(2))
+            >>> np.asarray(model.predict_logit(np.ones((3, 1)), np.ones((2, 2)))).shape
+            (3, 2)
+        """
         xu = jnp.asarray(user_features, self.user_coef.dtype)
         xi = jnp.asarray(item_features, self.item_coef.dtype)
         return self.intercept + (xu @ self.user_coef)[:, None] + (xi @ self.item_coef)[None, :]
 
     def predict(self, user_features: ArrayLike, item_features: ArrayLike) -> jax.Array:
-        """``[n_users, n_items]`` propensities."""
-        return jax.nn.sigmoid(self.logits(user_features, item_features))
+        r"""``[n_users, n_items]`` propensities: the sigmoid of :meth:`predict_logit`.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.debias import LogisticPropensity
+            >>> model = LogisticPropensity(
+            ...     intercept=np.array(0.0), user_coef=np.zeros(1), item_coef=np.zeros(2))
+            >>> np.asarray(model.predict(np.ones((1, 1)), np.ones((2, 2)))).tolist()
+            [[0.5, 0.5]]
+        """
+        return jax.nn.sigmoid(self.predict_logit(user_features, item_features))
 
 
 def _objective(theta, xu, xi, obs, l2, p):
@@ -404,7 +497,20 @@ def logistic_propensity(
         ``[n_users, n_items]`` propensities.
 
     Raises:
-        ValueError: shape mismatches, non-finite features, all pairs observed or none.
+        ValueError: shape mismatches, non-finite features, all pairs observed or none,
+            ``l2`` not a finite number >= 0, ``tol`` not a finite number > 0.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.debias import logistic_propensity
+        >>> rng = np.random.default_rng(0)
+        >>> xu, xi = rng.normal(size=(40, 2)), rng.normal(size=(30, 1))
+        >>> eta = -1.0 + (xu @ [1.0, -0.5])[:, None] + (xi @ [0.8])[None, :]
+        >>> omega = 1 / (1 + np.exp(-eta))
+        >>> observed = rng.uniform(size=(40, 30)) < omega
+        >>> model = logistic_propensity(observed, xu, xi, l2=0.1)
+        >>> model.predict(xu, xi).shape
+        (40, 30)
     """
     obs = (as_matrix(observed, "observed") != 0).astype(np.float64)
     xu = np.asarray(user_features, np.float64)
@@ -421,8 +527,9 @@ def logistic_propensity(
         raise ValueError("features contain non-finite values.")
     if obs.all() or not obs.any():
         raise ValueError("observed must contain both observed and unobserved pairs.")
-    if not l2 >= 0:
-        raise ValueError(f"l2 must be >= 0; got {l2}.")
+    l2 = check_real(l2, "l2", minimum=0.0)
+    if tol is not None:
+        tol = check_real(tol, "tol", minimum=0.0, strict=True)
     dtype = jnp.asarray(0.0).dtype
     if tol is None:
         tol = 1e-16 if dtype == jnp.float64 else 1e-8

@@ -14,7 +14,6 @@ as a portable artifact and do not depend on whether the kernel is built;
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -288,28 +287,6 @@ def isotonic_regression_in_program(
 def is_float32(a) -> bool:
     """Whether an input array (NumPy, JAX or a tracer) is float32; lists are not."""
     return getattr(a, "dtype", None) == np.float32
-
-
-def deprecated_centered_alias(calibrator, rank_preserving: bool | None) -> None:
-    """``__post_init__`` of a calibrator with the deprecated ``rank_preserving`` alias of
-    ``centered``: warns (``DeprecationWarning``) and sets ``centered`` from it."""
-    if rank_preserving is None:
-        return
-    name = type(calibrator).__name__
-    warnings.warn(
-        f"{name}(rank_preserving=...) is deprecated; use {name}(centered=...) "
-        "(centred isotonic regression).",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-    if calibrator.centered and not rank_preserving:
-        raise ValueError(
-            f"centered=True and rank_preserving=False contradict each other; pass only "
-            f"centered (rank_preserving is its deprecated alias). Got {name}"
-            f"(centered={calibrator.centered!r}, rank_preserving={rank_preserving!r})."
-        )
-    check_centered(rank_preserving, name="rank_preserving")
-    object.__setattr__(calibrator, "centered", bool(rank_preserving))
 
 
 def check_centered(centered, *, name: str = "centered") -> None:

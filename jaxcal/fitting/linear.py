@@ -219,8 +219,8 @@ def _solve_native_jit(family: LinearLogitFamily, scores, targets, weights, l2, m
     separable ridge (a separable problem: its status says ``SEPARABLE``), and its answer is
     taken only with a certificate: a "converged" status whose KKT residual exceeds
     ``1e3 sqrt(tol)`` times the gradient's scale (``max_j sum_i w_i |x_ij|``) is no optimum
-    (the kernel can stop on a negative Newton decrement, at saturated logits: residuals of
-    0.1-0.3 of the scale where certified optima have below 1e-9)."""
+    (a safeguard: the kernel rejects negative Newton decrements and sums the loss without
+    cancellation, as the solver does, so a failed certificate should not occur)."""
     ctx, s, C = _fit_inputs(family, scores, weights)
     k = C.shape[0]
     if k > _KERNEL_MAX_ROWS or family.n_params > _KERNEL_MAX_PARAMS:  # the solver's loops

@@ -116,6 +116,15 @@ class ScoreCounts:
             inverse-propensity targets :math:`t = Y / \omega` of ``loss="ips"``.
         target_max: ``None`` (targets in [0, 1]), or ``[]`` the largest target of a sample
             with positive weight (the factor of the quantisation bound).
+
+    Example:
+        >>> from jaxcal.calibrators import ScoreCounts
+        >>> from jaxcal.fitting.score_counts import score_counts
+        >>> a = score_counts([0.2, 0.5, 0.2], [0, 1, 1])
+        >>> b = score_counts([0.5, 0.9], [1, 0])
+        >>> both = a.merge(b)  # the counts of the two chunks together
+        >>> isinstance(both, ScoreCounts), both.scores.tolist(), both.label_sum.tolist()
+        (True, [0.2, 0.5, 0.9], [1.0, 2.0, 0.0])
     """
 
     scores: np.ndarray

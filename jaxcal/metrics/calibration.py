@@ -147,19 +147,19 @@ def weighted_arrays(probs: ArrayLike, labels: ArrayLike, sample_weight: ArrayLik
     return p, y, w
 
 
-def segment_sums(values, segment_ids, num_segments: int, *, axis_name: str | None = None):
+def segment_sums(values, segment_ids, n_segments: int, *, axis_name: str | None = None):
     """``segment_sum`` of each array of ``values`` by ``segment_ids`` (a tuple); inside
     ``shard_map``, ``psum``-ed over ``axis_name``."""
-    seg = partial(jax.ops.segment_sum, segment_ids=segment_ids, num_segments=num_segments)
+    seg = partial(jax.ops.segment_sum, segment_ids=segment_ids, num_segments=n_segments)
     sums = tuple(seg(v) for v in values)
     return sums if axis_name is None else jax.lax.psum(sums, axis_name)
 
 
-def class_sums(p, y, w, segment_ids, num_segments: int, *, axis_name=None) -> BinStats:
+def class_sums(p, y, w, segment_ids, n_segments: int, *, axis_name=None) -> BinStats:
     """:class:`BinStats` of ``(p, y, w)`` by segment: count, weight, weighted probabilities
     and weighted labels (:func:`segment_sums`)."""
     values = (jnp.ones_like(p), w, w * p, w * y)
-    return BinStats(*segment_sums(values, segment_ids, num_segments, axis_name=axis_name))
+    return BinStats(*segment_sums(values, segment_ids, n_segments, axis_name=axis_name))
 
 
 _COMPARE_ALL = 64  # up to this many bins, bin ids come from one comparison per edge
@@ -359,6 +359,14 @@ def mce(
 
     Raises:
         ValueError: as in :func:`ece`, or ``min_count < 1``, ``min_fraction`` outside [0, 1).
+
+    Example:
+        >>> from jaxcal.metrics import mce
+        >>> p, y = [0.05, 0.15, 0.12, 0.6], [0, 1, 0, 0]
+        >>> round(float(mce(p, y, n_bins=10)), 6)  # bin [0.6, 0.7): |0 - 0.6|
+        0.6
+        >>> round(float(mce(p, y, n_bins=10, min_count=2)), 6)  # bin [0.1, 0.2): |1/2 - 0.135|
+        0.365
     """
     del symmetric  # invariant, see ece
     x = metric_inputs(probs, labels, sample_weight)
@@ -427,6 +435,13 @@ def nll(
 
     Raises:
         ValueError: as in :func:`ece`, or ``eps`` outside (0, 0.5).
+
+    Example:
+        >>> import math
+        >>> from jaxcal.metrics import nll
+        >>> value = float(nll([0.8, 0.4], [1, 0]))  # -(log 0.8 + log 0.6) / 2
+        >>> math.isclose(value, -(math.log(0.8) + math.log(0.6)) / 2, rel_tol=1e-6)
+        True
     """
     x = metric_inputs(probs, labels, sample_weight, eps)
     dtype = x.probs.dtype if x.traced else jnp.result_type(float)
@@ -445,8 +460,21 @@ def brier(
 ) -> jax.Array:
     r"""Weighted Brier score :math:`\frac{1}{W}\sum_i w_i (p_i - y_i)^2`.
 
+    Args:
+        probs, labels, sample_weight: as in :func:`ece`.
+
+    Returns:
+        Scalar Brier score in [0, 1].
+
     Raises:
         ValueError: as in :func:`ece`.
+
+    Example:
+        >>> from jaxcal.metrics import brier
+        >>> round(float(brier([0.8, 0.4], [1, 0])), 6)  # (0.2^2 + 0.4^2) / 2
+        0.1
+        >>> round(float(brier([0.8, 0.4], [1, 0], sample_weight=[3, 1])), 6)  # (3*0.04 + 0.16) / 4
+        0.07
     """
     x = metric_inputs(probs, labels, sample_weight)
     return x.result(_brier_core(*x.padded()))

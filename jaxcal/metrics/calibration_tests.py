@@ -94,7 +94,7 @@ from jaxcal._jit import jit
 from jaxcal._validation import check_pure, nan_where
 from jaxcal._weights import normalize_weights, normalize_weights_host
 from jaxcal.metrics._inputs import metric_inputs
-from jaxcal.metrics._keys import key_from_parts, key_parts
+from jaxcal.metrics._keys import key_from_parts, key_parts, optional_key
 
 __all__ = ["CalibrationTest", "skce", "spiegelhalter_z"]
 
@@ -245,7 +245,8 @@ def skce(
         kernel: ``"laplace"`` or ``"gaussian"``, on the probabilities.
         bandwidth: the kernel's length scale :math:`\ell > 0` (default: the median
             heuristic).
-        key: ``jax.random`` key of the resamples (``"unbiased"`` with ``n_resamples > 0``).
+        key: ``jax.random`` key of the resamples (a JAX PRNG key; needed by
+            ``"unbiased"`` with ``n_resamples > 0``).
         n_resamples: label vectors drawn under calibration for the unbiased estimator's
             p-value (0: statistic only, p-value NaN).
         sample_weight: optional ``[n]`` non-negative (inverse-propensity) weights: the
@@ -259,7 +260,7 @@ def skce(
     Raises:
         ValueError: invalid data, weights, estimator, kernel, bandwidth or
             ``n_resamples``; too few points of positive weight; no ``key`` where
-            resampling needs one.
+            resampling needs one, or a ``key`` that is not a JAX PRNG key.
 
     Example:
         >>> import jax, jaxcal, numpy as np
@@ -279,12 +280,13 @@ def skce(
     if bandwidth is not None and not _shapes.is_traced(bandwidth):
         if not (np.isfinite(bandwidth) and bandwidth > 0):
             raise ValueError(f"bandwidth must be a positive number; got {bandwidth!r}.")
+    key = optional_key(
+        key,
+        needed=estimator == "unbiased" and bool(n_resamples),
+        what="the unbiased SKCE's p-value resamples labels",
+        otherwise="n_resamples=0 for the statistic alone",
+    )
     if traced:
-        if estimator == "unbiased" and n_resamples and key is None:
-            raise ValueError(
-                "the unbiased SKCE's p-value resamples labels: pass key=jax.random.key(...), "
-                "or n_resamples=0 for the statistic alone."
-            )
         args = (probs, labels, sample_weight, estimator, kernel, bandwidth, key, n_resamples)
         return CalibrationTest(*_skce_pure(*args))
     p, y, w = _check_weighted(probs, labels, sample_weight)
@@ -307,11 +309,6 @@ def skce(
         pp, yy, ww = _shapes.pad_rows(size, *kept, fills=(0.5, 0.5, 0.0))
         args = (*(np.asarray(a, dtype) for a in (pp, yy, ww)), np.asarray(m, dtype), bw)
         return CalibrationTest(*_linear_core(*args, kernel=kernel))
-    if n_resamples and key is None:
-        raise ValueError(
-            "the unbiased SKCE's p-value resamples labels: pass key=jax.random.key(...), or "
-            "n_resamples=0 for the statistic alone."
-        )
     size = -(-_shapes.padded_size(p.shape[0]) // _BLOCK) * _BLOCK
     pp, yy, ww = _shapes.pad_rows(size, p, y, w, fills=(0.5, 0.5, 0.0))
     key_data, impl = key_parts(jax.random.key(0) if key is None else key)

@@ -51,7 +51,7 @@ from jaxcal._jit import jit
 from jaxcal._validation import nan_where
 from jaxcal.fitting.isotonic import isotonic_regression, isotonic_regression_in_program
 from jaxcal.metrics._inputs import metric_inputs
-from jaxcal.metrics._keys import key_from_parts, key_parts
+from jaxcal.metrics._keys import key_from_parts, key_parts, optional_key
 from jaxcal.metrics._pure import run_starts
 
 __all__ = ["CorpDecomposition", "CorpReliability", "corp_decomposition", "corp_reliability"]
@@ -191,7 +191,8 @@ def corp_reliability(
     Args:
         probs: ``[n]`` forecast probabilities in [0, 1].
         labels: ``[n]`` 0/1 labels.
-        key: ``jax.random`` key of the resamples (needed unless ``n_resamples=0``).
+        key: ``jax.random`` key of the resamples (a JAX PRNG key; needed unless
+            ``n_resamples=0``).
         n_resamples: label vectors drawn under calibration (0: no band, NaN bounds).
         level: coverage of the pointwise band, in (0, 1).
         sample_weight: optional ``[n]`` non-negative weights.
@@ -202,8 +203,8 @@ def corp_reliability(
         curve in the first ``K`` entries and NaN after them (module docstring).
 
     Raises:
-        ValueError: invalid data, ``level`` outside (0, 1), a negative ``n_resamples``, or no
-            ``key`` with resamples.
+        ValueError: invalid data, ``level`` outside (0, 1), a negative ``n_resamples``, no
+            ``key`` with resamples, or a ``key`` that is not a JAX PRNG key.
 
     Example:
         >>> import jax, jaxcal, numpy as np
@@ -216,11 +217,12 @@ def corp_reliability(
         raise ValueError(f"level must lie in (0, 1); got {level!r}.")
     if isinstance(n_resamples, bool) or int(n_resamples) != n_resamples or n_resamples < 0:
         raise ValueError(f"n_resamples must be a non-negative integer; got {n_resamples!r}.")
-    if n_resamples and key is None:
-        raise ValueError(
-            "the consistency band resamples labels: pass key=jax.random.key(...), or "
-            "n_resamples=0 for the curve alone."
-        )
+    key = optional_key(
+        key,
+        needed=bool(n_resamples),
+        what="the consistency band resamples labels",
+        otherwise="n_resamples=0 for the curve alone",
+    )
     p, y, w, invalid = metric_inputs(probs, labels, sample_weight, key)
     if invalid is not None:  # traced inputs
         return _reliability_pure(p, y, w, invalid, key, int(n_resamples), level)

@@ -255,6 +255,14 @@ def brier_from_counts(counts: ScoreCounts) -> float:
 
     Raises:
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, or empty.
+
+    Example:
+        >>> from jaxcal.metrics import brier, brier_from_counts, score_counts
+        >>> p, y = [0.8, 0.4, 0.4, 0.1], [1, 0, 1, 0]
+        >>> round(brier_from_counts(score_counts(p, y)), 6)  # (0.04 + 0.16 + 0.36 + 0.01) / 4
+        0.1425
+        >>> round(float(brier(p, y)), 6)  # the same from the samples
+        0.1425
     """
     if _shapes.is_traced(counts):
         p, invalid = _exact_pure(counts, "brier_from_counts", probabilities=True)
@@ -280,6 +288,13 @@ def nll_from_counts(counts: ScoreCounts, *, eps: float | None = None) -> float:
     Raises:
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, empty, or
             ``eps`` outside (0, 0.5).
+
+    Example:
+        >>> import math
+        >>> from jaxcal.metrics import nll_from_counts, score_counts
+        >>> value = nll_from_counts(score_counts([0.8, 0.4, 0.4], [1, 0, 1]))
+        >>> math.isclose(value, -(math.log(0.8) + math.log(0.6) + math.log(0.4)) / 3)
+        True
     """
     if _shapes.is_traced(counts, eps):
         p, invalid = _exact_pure(counts, "nll_from_counts", probabilities=True)
@@ -385,6 +400,12 @@ def ece_from_counts(counts: ScoreCounts, *, n_bins: int = 15, strategy: str = "u
     Raises:
         ValueError: counts that are not exact ``ScoreCounts`` of probabilities, empty, or
             bad ``n_bins`` / ``strategy``.
+
+    Example:
+        >>> from jaxcal.metrics import ece_from_counts, score_counts
+        >>> counts = score_counts([0.8, 0.4, 0.4, 0.1], [1, 0, 1, 0])
+        >>> round(ece_from_counts(counts, n_bins=5), 6)  # (0.1 + 2 * 0.1 + 0.2) / 4
+        0.125
     """
     if _shapes.is_traced(counts):
         p, invalid = _exact_pure(counts, "ece_from_counts", probabilities=True)
@@ -408,6 +429,14 @@ def mce_from_counts(
 
     Raises:
         ValueError: as :func:`ece_from_counts`, or bad ``min_count`` / ``min_fraction``.
+
+    Example:
+        >>> from jaxcal.metrics import mce_from_counts, score_counts
+        >>> counts = score_counts([0.8, 0.4, 0.4, 0.1], [1, 0, 1, 0])
+        >>> round(mce_from_counts(counts, n_bins=5), 6)  # bin [0.8, 1]: |1 - 0.8|
+        0.2
+        >>> round(mce_from_counts(counts, n_bins=5, min_count=2), 6)  # bin [0.4, 0.6)
+        0.1
     """
     if _shapes.is_traced(counts):
         p, invalid = _exact_pure(counts, "mce_from_counts", probabilities=True)

@@ -62,6 +62,7 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal.metrics._inputs import metric_inputs
+from jaxcal.metrics._keys import optional_key
 from jaxcal.metrics.calibration import bin_edges, bin_ids, segment_sums, weighted_arrays
 
 __all__ = [
@@ -281,7 +282,7 @@ def debiased_ece(
         p: 1 or 2, the norm of the calibration error.
         sample_weight: ``[n]`` non-negative weights (default ones).
         n_resamples: bootstrap draws for ``p=1``.
-        key: ``jax.random`` key, required for ``p=1``.
+        key: ``jax.random`` key (a JAX PRNG key), required for ``p=1``.
 
     Returns:
         Scalar debiased calibration error estimate (``p=2``: >= 0).
@@ -302,8 +303,7 @@ def debiased_ece(
     """
     if p not in (1, 2) or isinstance(p, bool):
         raise ValueError(f"p must be 1 or 2; got {p!r}.")
-    if p == 1 and key is None:
-        raise ValueError("debiased_ece(p=1) resamples: pass key=jax.random.key(...).")
+    key = optional_key(key, needed=p == 1, what="debiased_ece(p=1) draws a parametric bootstrap")
     if (
         isinstance(n_resamples, bool)
         or not isinstance(n_resamples, (int, np.integer))

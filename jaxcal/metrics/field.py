@@ -92,7 +92,7 @@ def segment_stats(
     probs: ArrayLike,
     labels: ArrayLike,
     segment_ids: ArrayLike,
-    num_segments: int,
+    n_segments: int,
     sample_weight: ArrayLike | None = None,
     *,
     axis_name: str | None = None,
@@ -100,21 +100,21 @@ def segment_stats(
     """Per-segment sums (count, weight, weighted probs, weighted labels) of (a shard of) data.
 
     Pure and ``jit`` / ``shard_map`` friendly; no validation. Segment ids outside
-    ``[0, num_segments)`` are dropped (``segment_sum`` semantics).
+    ``[0, n_segments)`` are dropped (``segment_sum`` semantics).
 
     Args:
         probs: ``[n]`` predicted probabilities.
         labels: ``[n]`` 0/1 labels.
         segment_ids: ``[n]`` integer segment (field value / bin) ids.
-        num_segments: number of segments (static).
+        n_segments: number of segments (static).
         sample_weight: ``[n]`` non-negative weights, or ``None`` for ones.
         axis_name: inside ``shard_map``, the mapped axis to ``psum`` the sums over.
 
     Returns:
-        :class:`jaxcal.metrics.calibration.BinStats` with ``[num_segments]`` arrays.
+        :class:`jaxcal.metrics.calibration.BinStats` with ``[n_segments]`` arrays.
     """
     p, y, w = weighted_arrays(probs, labels, sample_weight)
-    return class_sums(p, y, w, segment_ids, num_segments, axis_name=axis_name)
+    return class_sums(p, y, w, segment_ids, n_segments, axis_name=axis_name)
 
 
 def field_ece_from_stats(stats: BinStats) -> jax.Array:
@@ -154,10 +154,10 @@ def cal_n_from_stats(stats: BinStats) -> jax.Array:
     return jnp.where(n_nonempty > 0, jnp.sqrt(mean_sq), jnp.nan)
 
 
-@partial(jit, static_argnames="num_segments")
-def _field_stats_core(p, y, w, ids, *, num_segments):
-    # ids: [F, n] (one row per field column) -> stats with [F, num_segments] arrays
-    return jax.vmap(lambda i: segment_stats(p, y, i, num_segments, w))(ids)
+@partial(jit, static_argnames="n_segments")
+def _field_stats_core(p, y, w, ids, *, n_segments):
+    # ids: [F, n] (one row per field column) -> stats with [F, n_segments] arrays
+    return jax.vmap(lambda i: segment_stats(p, y, i, n_segments, w))(ids)
 
 
 @jit
@@ -170,9 +170,9 @@ def _field_rce_core(stats, eps):
     return jax.vmap(lambda s: field_rce_from_stats(s, eps))(stats)
 
 
-@partial(jit, static_argnames="num_segments")
-def _cal_n_core(p, y, w, ids, *, num_segments):
-    return cal_n_from_stats(segment_stats(p, y, ids, num_segments, w))
+@partial(jit, static_argnames="n_segments")
+def _cal_n_core(p, y, w, ids, *, n_segments):
+    return cal_n_from_stats(segment_stats(p, y, ids, n_segments, w))
 
 
 @partial(jit, static_argnames=("n_slots", "n_bins", "group_weight"))
@@ -247,7 +247,7 @@ def encode_fields(fields: ArrayLike, n: int, *, name: str = "fields") -> tuple[n
         name: the argument name used in error messages.
 
     Returns:
-        ``(ids, num_segments)``: ``[F, n]`` int32 ids and ``max_f G_f``.
+        ``(ids, n_segments)``: ``[F, n]`` int32 ids and ``max_f G_f``.
 
     Raises:
         ValueError: wrong shape or length, non-integer values, no columns.
@@ -351,10 +351,10 @@ def cal_n(
     p, y, w, invalid = metric_inputs(probs, labels, sample_weight)
     if invalid is not None:  # traced inputs
         ids = bin_ids(p, bin_edges(p, n_bins=n_bins, strategy=strategy))
-        return nan_where(invalid, _cal_n_core(p, y, w, ids, num_segments=int(n_bins)))
+        return nan_where(invalid, _cal_n_core(p, y, w, ids, n_segments=int(n_bins)))
     ids = _bin_ids(p, n_bins, strategy)
     n_bins = int(n_bins)
-    return _cal_n_core(*_padded_rows(p.shape[0], p, y, w, ids, n_bins), num_segments=n_bins)
+    return _cal_n_core(*_padded_rows(p.shape[0], p, y, w, ids, n_bins), n_segments=n_bins)
 
 
 def gc_n(
@@ -385,6 +385,13 @@ def gc_n(
     Raises:
         ValueError: bad inputs, ``groups`` of the wrong length or not integers, unknown
             ``group_weight``.
+
+    Example:
+        >>> from jaxcal.metrics import gc_n
+        >>> p, y, g = [0.2, 0.4, 0.5, 0.5], [0, 1, 1, 0], [0, 0, 1, 1]
+        >>> # group 0: PCOC 0.6, Cal-N 1/0.6 - 1 = 2/3; group 1: PCOC 1, Cal-N 0
+        >>> round(float(gc_n(p, y, g, n_bins=1)), 4)
+        0.3333
     """
     if group_weight not in ("weight", "count", "uniform"):
         raise ValueError(
@@ -429,12 +436,12 @@ def _field_stats(probs, labels, fields, sample_weight):
     p, y, w, invalid = metric_inputs(probs, labels, sample_weight, fields)
     if invalid is not None:  # traced inputs
         ids, bad = _pure_codes(fields, p.shape[0], "fields")
-        stats = _field_stats_core(p, y, w, ids, num_segments=p.shape[0])
+        stats = _field_stats_core(p, y, w, ids, n_segments=p.shape[0])
         return stats, jnp.ndim(fields) == 1, invalid | bad
-    ids, num_segments = encode_fields(fields, p.shape[0])
-    num_segments = _shapes.padded_size(num_segments)
-    rows = _padded_rows(p.shape[0], p, y, w, ids, num_segments)
-    stats = _field_stats_core(*rows, num_segments=num_segments)
+    ids, n_segments = encode_fields(fields, p.shape[0])
+    n_segments = _shapes.padded_size(n_segments)
+    rows = _padded_rows(p.shape[0], p, y, w, ids, n_segments)
+    stats = _field_stats_core(*rows, n_segments=n_segments)
     return stats, np.asarray(fields).ndim == 1, False
 
 

@@ -30,7 +30,20 @@ __all__ = ["SegmentReport", "segment_report"]
 
 class SegmentReport(NamedTuple):
     """The worst segments, worst first (host arrays; ``[k]`` each). ``to_markdown()``
-    prints it; ``pandas.DataFrame(report._asdict())`` makes a table of it."""
+    prints it; ``pandas.DataFrame(report._asdict())`` makes a table of it.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.metrics import SegmentReport, segment_report
+        >>> rng = np.random.default_rng(0); n = 2000
+        >>> device = rng.choice(["ios", "web"], n); p = rng.uniform(0.1, 0.5, n)
+        >>> y = rng.random(n) < np.where(device == "web", p + 0.2, p)  # web under-predicted
+        >>> rep = segment_report(p, y, {"device": device}, k=1)
+        >>> isinstance(rep, SegmentReport), rep.segment
+        (True, ('device=web',))
+        >>> print(rep.to_markdown().splitlines()[2])
+        | device=web | 1043 | 0.1962 | 14.36 | 0 | 0.4919 | 0.2956 | +0.1962 [+0.1608, +0.2316] |
+    """
 
     segment: tuple  #: readable definitions (``"country=fr & age > 40"``)
     index: np.ndarray  #: position in the :class:`MulticalibrationResult` segment arrays

@@ -70,7 +70,21 @@ SEGMENT_OPTIONS = {
 
 class MulticalibrationResult(NamedTuple):
     """The multicalibration error and its segments (``[S]`` arrays, in enumeration order:
-    the first segment is all rows when segments come from features)."""
+    the first segment is all rows when segments come from features).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.metrics import MulticalibrationResult, multicalibration_error
+        >>> rng = np.random.default_rng(0); n = 2000
+        >>> web = rng.random(n) < 0.5; p = rng.uniform(0.1, 0.5, n)
+        >>> y = rng.random(n) < np.where(web, p + 0.2, p)  # web is under-predicted
+        >>> masks = np.stack([np.ones(n, bool), ~web, web])  # all rows, ios, web
+        >>> res = multicalibration_error(p, y, segments=masks)
+        >>> isinstance(res, MulticalibrationResult), int(res.worst_segment)
+        (True, 2)
+        >>> bool(res.p_value_bonferroni < 0.01), res.segment_ecce.shape
+        (True, (3,))
+    """
 
     mce: jax.Array  #: :math:`\mathrm{MCE}_\sigma \cdot \sigma_{\text{all rows}}`
     mce_sigma: jax.Array  #: the largest ``segment_ecce_sigma``
@@ -90,7 +104,14 @@ class MulticalibrationResult(NamedTuple):
 
 
 class Segments(NamedTuple):
-    """Segments generated from a feature table (:func:`segment_masks`)."""
+    """Segments generated from a feature table (:func:`segment_masks`).
+
+    Example:
+        >>> from jaxcal.metrics import Segments, segment_masks
+        >>> seg = segment_masks({"device": ["ios", "web", "ios"]}, min_samples=1)
+        >>> isinstance(seg, Segments), seg.masks.shape, seg.descriptions[0]
+        (True, (3, 3), 'all')
+    """
 
     masks: np.ndarray  #: ``[S, n]`` bool, row ``i`` of segment ``s``
     descriptions: tuple  #: ``[S]`` readable definitions (``"country=fr & age > 40"``)

@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "posterior_reliability_diagram": "jaxcal.plot.bayes",
         "posterior_map": "jaxcal.plot.bayes",
         "reliability_by_rank_diagram": "jaxcal.plot.clicks",
-        "corp_reliability": "jaxcal.plot.corp",
+        "corp_reliability_diagram": "jaxcal.plot.corp",
         "rating_transforms": "jaxcal.plot.ratings",
         "segment_reliability": "jaxcal.plot.segments",
     },

@@ -64,6 +64,17 @@ def posterior_reliability_diagram(
 
     {png_returns_raises}
         ValueError: invalid data, ``level`` or a batched posterior.
+
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import SVI, fit_bayes
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+        >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                  method=SVI(n_steps=200, n_samples=100))
+        >>> from jaxcal.plot import posterior_reliability_diagram
+        >>> posterior_reliability_diagram(post, s, y, "posterior_reliability.png").name
+        'posterior_reliability.png'
     """
     level = _checked_level(posterior, level)
     s = check_scores(scores)
@@ -130,6 +141,17 @@ def posterior_map(
 
     {png_returns_raises}
         ValueError: invalid inputs, ``level`` or a batched posterior.
+
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import jax, jaxcal, numpy as np
+        >>> from jaxcal.bayes import SVI, fit_bayes
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=200); y = rng.random(200) < 1 / (1 + np.exp(-2 * s))
+        >>> post = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0),
+        ...                  method=SVI(n_steps=200, n_samples=100))
+        >>> from jaxcal.plot import posterior_map
+        >>> posterior_map(post, "posterior_map.png", scores=s, labels=y).name
+        'posterior_map.png'
     """
     level = _checked_level(posterior, level)
     if int(n_grid) < 2:

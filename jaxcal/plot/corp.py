@@ -15,7 +15,7 @@ from jaxcal.metrics.corp import CorpDecomposition, CorpReliability, corp_decompo
 from jaxcal.metrics.corp import corp_reliability as corp_curve
 from jaxcal.plot._figure import new_figure, png_doc, save_figure
 
-__all__ = ["corp_reliability"]
+__all__ = ["corp_reliability_diagram"]
 
 CURVE_COLOR = "#d9534f"
 BAND_COLOR = "#3b6fb6"
@@ -23,7 +23,7 @@ COUNT_COLOR = "#7f7f7f"
 
 
 @png_doc
-def corp_reliability(
+def corp_reliability_diagram(
     probs: ArrayLike,
     labels: ArrayLike,
     path: str | os.PathLike,
@@ -60,10 +60,11 @@ def corp_reliability(
 
     Example (needs matplotlib: ``pip install jaxcal[plot]``):
         >>> import jax, numpy as np
-        >>> from jaxcal.plot import corp_reliability
+        >>> from jaxcal.plot import corp_reliability_diagram
         >>> rng = np.random.default_rng(0)
         >>> p = rng.uniform(size=1000); y = rng.uniform(size=1000) < p ** 1.5
-        >>> corp_reliability(p, y, "corp.png", key=jax.random.key(0), n_resamples=200).name
+        >>> out = corp_reliability_diagram(p, y, "corp.png", key=jax.random.key(0), n_resamples=200)
+        >>> out.name
         'corp.png'
     """
     curve = corp_curve(

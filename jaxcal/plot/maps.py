@@ -80,6 +80,15 @@ def calibration_map(
     {png_returns_raises}
         ValueError: empty mapping, bad range, invalid scores / labels, or a calibrator
             without ``predict``.
+
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import jaxcal, numpy as np
+        >>> from jaxcal.plot import calibration_map
+        >>> rng = np.random.default_rng(0)
+        >>> s = rng.normal(size=500); y = (rng.random(500) < 1 / (1 + np.exp(-2 * s))).astype(int)
+        >>> fitted = {"Platt": jaxcal.PlattScaling().fit(s, y)}
+        >>> calibration_map(fitted, (-3, 3), "map.png", scores=s, labels=y).name
+        'map.png'
     """
     if not fitted_calibrators:
         raise ValueError("fitted_calibrators is empty; pass at least one fitted calibrator.")
@@ -171,6 +180,14 @@ def score_histograms(
 
     {png_returns_raises}
         ValueError: invalid scores, labels or weights.
+
+    Example (needs matplotlib: ``pip install jaxcal[plot]``):
+        >>> import numpy as np
+        >>> from jaxcal.plot import score_histograms
+        >>> rng = np.random.default_rng(0)
+        >>> y = rng.random(500) < 0.3; s = rng.normal(np.where(y, 1.0, 0.0))
+        >>> score_histograms(s, y, "histograms.png").name
+        'histograms.png'
     """
     s = check_scores(scores)
     y = check_labels(labels, s.shape[0])

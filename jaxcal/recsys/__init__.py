@@ -1,8 +1,11 @@
 """Personalised ranking base models (BPR-MF, UBPR, NCF, CML, LightGCN, WR-MF, popularity)
-trained in JAX with on-device sampling, and ``sweep`` to train many in one program.
+trained in JAX with on-device sampling, ``sweep`` to train many in one program, and rating
+models (CMTRF, MMC).
 
-Every model is a frozen dataclass of hyperparameters whose ``fit(train, *, key)`` returns an
-immutable fitted pytree with ``score(users, items)``; see ``docs/recsys.md``.
+Every model is a frozen dataclass of hyperparameters (checked when it is built) whose
+``fit(train, *, key)`` returns an immutable fitted pytree (its ``fitted_class``) with
+``predict(users, items)`` and ``predict_all(users)``; see ``docs/recsys.md`` and
+``docs/cmtrf.md``.
 """
 
 from jaxcal._lazy import lazy_exports
@@ -26,7 +29,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "propagate": "jaxcal.recsys.lightgcn",
         "CMTRF": "jaxcal.recsys.cmtrf",
         "CMTRFModel": "jaxcal.recsys.cmtrf",
-        "CMTRFEnsemble": "jaxcal.recsys.cmtrf",
+        "Search": "jaxcal.recsys.cmtrf",
+        "CMTRFSolver": "jaxcal.recsys.cmtrf",
         "MMC": "jaxcal.recsys.mmc",
         "MMCModel": "jaxcal.recsys.mmc",
     },

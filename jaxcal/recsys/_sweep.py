@@ -1,18 +1,19 @@
-r"""Train K ranking models in one compiled program: ``vmap`` over hyperparameters and seeds.
+r"""Train K ranking models in one compiled program: ``vmap`` over hyperparameters and keys.
 
 ``sweep(model, train, *, key, grid)`` expands ``grid`` (a dict of lists) into the Cartesian
 product of K configurations and trains all K with one ``jit(vmap(fit_core))``:
 
-* array-valued hyperparameters (``lr``, ``l2``, and model-specific ones such as CML's
-  ``margin`` or WR-MF's ``alpha``) are batched arguments of the compiled program;
-* ``seed`` selects the PRNG key ``jax.random.fold_in(key, seed)`` of a configuration (without
-  ``seed`` in the grid every configuration uses ``key``), so configuration ``k`` equals
-  ``model.replace(**config_k).fit(train, key=fold_in(key, seed_k))``;
-* ``dim`` is swept by *padding*: every model gets ``max(dims)`` factor columns, and a model
-  of dimension ``d`` keeps columns ``d..`` at exactly zero (zero initialisation, zero
-  gradients: the scores, losses and optimizer states are those of a ``d``-dimensional
-  model). Column ``c`` of the initial factors is drawn from ``fold_in(key, c)``, so a padded
-  model starts, and ends, where the unpadded one does. The cost is that of ``max(dims)``.
+* array-valued hyperparameters (``learning_rate``, ``l2``, and model-specific ones such as
+  CML's ``margin`` or WR-MF's ``alpha``) are batched arguments of the compiled program;
+* ``replicate`` (an integer index) selects the PRNG key ``jax.random.fold_in(key,
+  replicate)`` of a configuration (without ``replicate`` in the grid every configuration
+  uses ``key``), so configuration ``k`` equals ``dataclasses.replace(model,
+  **config_k).fit(train, key=fold_in(key, replicate_k))``;
+* ``rank`` is swept by *padding*: every model gets ``max(ranks)`` factor columns, and a
+  model of rank ``d`` keeps columns ``d..`` at exactly zero (zero initialisation, zero
+  gradients: the scores, losses and optimizer states are those of a rank-``d`` model).
+  Column ``c`` of the initial factors is drawn from ``fold_in(key, c)``, so a padded model
+  starts, and ends, where the unpadded one does. The cost is that of ``max(ranks)``.
 
 With ``devices=`` the K axis is sharded over a 1-D ``Mesh`` (``NamedSharding``, axis
 ``"models"``); K is padded to a multiple of the device count with copies of the last
@@ -46,9 +47,20 @@ class SweepResult:
 
     Attributes:
         models: one fitted model pytree whose leaves have a leading ``K`` axis.
-        hparams: ``{name: [K] array}`` for every swept name (``seed`` and ``dim`` included
-            when swept).
+        hparams: ``{name: [K] array}`` for every swept name (``replicate`` and ``rank``
+            included when swept).
         names: the swept names, in grid order.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.recsys import BPRMF, sweep
+        >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+        >>> result = sweep(BPRMF(rank=4, n_steps=20), train, key=jax.random.key(0),
+        ...                grid={"replicate": [0, 1]})
+        >>> result.configs
+        [{'replicate': 0}, {'replicate': 1}]
+        >>> result.predict_all().shape  # [K, n_users, n_items]
+        (2, 30, 40)
     """
 
     models: Any
@@ -65,22 +77,52 @@ class SweepResult:
         return [{n: cols[n][k] for n in self.names} for k in range(len(self))]
 
     def select(self, k: int) -> Any:
-        """The ``k``-th fitted model (an ordinary fitted model; its ``dim``-padded factor
-        columns are zero)."""
+        """The ``k``-th fitted model (an ordinary fitted model; its ``rank``-padded factor
+        columns are zero).
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import WRMF, sweep
+            >>> pairs = np.eye(6, 8, dtype=bool) | np.eye(6, 8, k=3, dtype=bool)
+            >>> ranks = sweep(WRMF(n_steps=2), pairs, key=jax.random.key(0), grid={"rank": [2, 4]})
+            >>> bool(np.asarray(ranks.select(0).user_factors)[:, 2:].any())  # rank 2 of 4
+            False
+        """
         if not 0 <= k < len(self):
             raise ValueError(f"k must lie in [0, {len(self)}); got {k}.")
         return jax.tree_util.tree_map(lambda leaf: leaf[k], self.models)
 
-    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
-        """``[K, ...]`` scores of ``(users, items)`` under every model."""
+    def predict(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        """``[K, ...]`` scores of ``(users, items)`` under every model.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import WRMF, sweep
+            >>> counts = np.random.default_rng(0).poisson(0.5, (10, 12))
+            >>> penalties = {"l2": [0.1, 1.0, 10.0]}
+            >>> result = sweep(WRMF(rank=3, n_steps=2), counts, key=jax.random.key(5),
+            ...                grid=penalties)
+            >>> result.predict(np.array([0, 1]), np.array([3, 4])).shape
+            (3, 2)
+        """
         first = self.select(0)
         u, i = jnp.asarray(users), jnp.asarray(items)
-        first.score(u, i)  # validates ids and shapes eagerly
-        return jax.vmap(lambda m: m.score(u, i))(self.models)
+        first.predict(u, i)  # validates ids and shapes eagerly
+        return jax.vmap(lambda m: m.predict(u, i))(self.models)
 
-    def score_all(self) -> jax.Array:
-        """``[K, n_users, n_items]`` scores of all pairs under every model."""
-        return jax.vmap(lambda m: m.score_all())(self.models)
+    def predict_all(self) -> jax.Array:
+        """``[K, n_users, n_items]`` scores of all pairs under every model.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import CML, sweep
+            >>> users, items = np.arange(9) % 3, np.arange(9) % 5
+            >>> result = sweep(CML(rank=2, n_steps=5), (users, items), key=jax.random.key(0),
+            ...                grid={"margin": [0.1, 1.0]})
+            >>> result.predict_all().shape  # [K, n_users, n_items]
+            (2, 3, 5)
+        """
+        return jax.vmap(lambda m: m.predict_all())(self.models)
 
 
 def _grid_values(name: str, values: Any) -> list:
@@ -92,16 +134,16 @@ def _grid_values(name: str, values: Any) -> list:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
             raise ValueError(f"grid[{name!r}] must hold finite numbers; got {v!r}.")
-        if name in ("seed", "dim") and (not float(v).is_integer() or v < (name == "dim")):
-            bound = ">= 1" if name == "dim" else ">= 0"
+        if name in ("replicate", "rank") and (not float(v).is_integer() or v < (name == "rank")):
+            bound = ">= 1" if name == "rank" else ">= 0"
             raise ValueError(f"grid[{name!r}] must hold integers {bound}; got {v!r}.")
     return values
 
 
 def _expand_grid(model: Ranker, grid: dict) -> tuple[list[str], list[tuple]]:
     if not isinstance(grid, dict) or not grid:
-        raise ValueError("grid must be a non-empty dict such as {'lr': [0.01, 0.1]}.")
-    allowed = (*model.ARRAY_HPARAMS, "seed") + (("dim",) if model.SWEEP_DIM else ())
+        raise ValueError("grid must be a non-empty dict such as {'learning_rate': [0.01, 0.1]}.")
+    allowed = (*model.ARRAY_HPARAMS, "replicate") + (("rank",) if model.SWEEP_RANK else ())
     for name in grid:
         if name not in allowed:
             raise ValueError(
@@ -112,10 +154,10 @@ def _expand_grid(model: Ranker, grid: dict) -> tuple[list[str], list[tuple]]:
     return names, list(itertools.product(*columns))
 
 
-@partial(jit, static_argnames=("model", "max_dim", "impl"))
-def _sweep_core(model: Ranker, aux: Any, hp: dict, key_data: jax.Array, max_dim: int, impl):
+@partial(jit, static_argnames=("model", "max_rank", "impl"))
+def _sweep_core(model: Ranker, aux: Any, hp: dict, key_data: jax.Array, max_rank: int, impl):
     keys = key_from_parts(key_data, impl)
-    return jax.vmap(lambda h, k: _fit_core(model, aux, h, k, max_dim))(hp, keys)
+    return jax.vmap(lambda h, k: _fit_core(model, aux, h, k, max_rank))(hp, keys)
 
 
 def sweep(
@@ -135,11 +177,12 @@ def sweep(
         model: an estimator (``BPRMF``, ``UBPR``, ``NCF``, ``CML``, ``LightGCN``, ``WRMF``);
             its fields give the values of hyperparameters not in ``grid``.
         train: training interactions (as for ``fit``).
-        key: PRNG key; configuration ``k`` uses ``fold_in(key, seed_k)`` when ``seed`` is in
-            the grid, else ``key``.
+        key: JAX PRNG key; configuration ``k`` uses ``fold_in(key, replicate_k)`` when
+            ``replicate`` is in the grid, else ``key``.
         grid: ``{name: [values]}``; names among the model's array hyperparameters
-            (``lr``, ``l2``, ...), ``seed`` and (factor models) ``dim``. The Cartesian
-            product is trained, in ``itertools.product`` order.
+            (``learning_rate``, ``l2``, ...), ``replicate`` (integers >= 0: the index folded
+            into ``key``) and (factor models) ``rank``. The Cartesian product is trained, in
+            ``itertools.product`` order.
         n_users: number of users (pairs input only).
         n_items: number of items (pairs input only).
         devices: optional devices to shard the K models over (``NamedSharding``).
@@ -156,9 +199,9 @@ def sweep(
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import BPRMF, sweep
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> result = sweep(BPRMF(dim=8, n_steps=100), train, key=jax.random.key(0),
-        ...                grid={"lr": [0.01, 0.05], "seed": [0, 1]})
-        >>> len(result), result.score(np.array([0]), np.array([1])).shape
+        >>> result = sweep(BPRMF(rank=8, n_steps=100), train, key=jax.random.key(0),
+        ...                grid={"learning_rate": [0.01, 0.05], "replicate": [0, 1]})
+        >>> len(result), result.predict(np.array([0]), np.array([1])).shape
         (4, (4, 1))
     """
     if not isinstance(model, Ranker):
@@ -170,23 +213,23 @@ def sweep(
     names, configs = _expand_grid(model, grid)
     # validate every configuration's hyperparameters eagerly, through the estimator
     for config in configs:
-        changes = {n: v for n, v in zip(names, config, strict=True) if n != "seed"}
-        if "dim" in changes:
-            changes["dim"] = int(changes["dim"])
-        dataclasses.replace(model, **changes)._validate()
+        changes = {n: v for n, v in zip(names, config, strict=True) if n != "replicate"}
+        if "rank" in changes:
+            changes["rank"] = int(changes["rank"])
+        dataclasses.replace(model, **changes)
     _, aux = model._data_and_aux(train, n_users, n_items, fit_kwargs)
 
     k_total = len(configs)
     columns = {n: [c[idx] for c in configs] for idx, n in enumerate(names)}
-    dims = [int(d) for d in columns.get("dim", [getattr(model, "dim", 1)])]
-    max_dim = max(dims)
+    ranks = [int(d) for d in columns.get("rank", [getattr(model, "rank", 1)])]
+    max_rank = max(ranks)
     hp = model._hp()
     hp = {n: np.broadcast_to(v, (k_total,)) for n, v in hp.items()}
     for n in names:
-        if n != "seed":
+        if n != "replicate":
             hp[n] = np.asarray(columns[n], dtype=hp[n].dtype)
-    if "seed" in columns:
-        keys = jnp.stack([jax.random.fold_in(key, int(s)) for s in columns["seed"]])
+    if "replicate" in columns:
+        keys = jnp.stack([jax.random.fold_in(key, int(s)) for s in columns["replicate"]])
     else:
         keys = jnp.stack([key] * k_total)
 
@@ -205,12 +248,12 @@ def sweep(
         keys = jax.device_put(keys, batched)
         aux = jax.device_put(aux, NamedSharding(mesh, PartitionSpec()))
     key_data, impl = key_parts(keys)
-    models = _sweep_core(model._static(), aux, hp, key_data, max_dim, impl)
+    models = _sweep_core(model._static(), aux, hp, key_data, max_rank, impl)
     if devices is not None and pad:
         models = jax.tree_util.tree_map(lambda leaf: leaf[:k_total], models)
     hparams = {n: np.asarray(columns[n]) for n in names}
-    if "seed" in hparams or "dim" in hparams:
-        for n in ("seed", "dim"):
+    if "replicate" in hparams or "rank" in hparams:
+        for n in ("replicate", "rank"):
             if n in hparams:
                 hparams[n] = hparams[n].astype(np.int64)
     return SweepResult(models, hparams, names=tuple(names))

@@ -1,14 +1,15 @@
 """The shared estimator shell and training loop of the ranking models.
 
 Every model is a frozen dataclass of hyperparameters (the thin shell). Its numerical core
-is one pure function ``model._fit_core(aux, hp, key, max_dim) -> fitted`` where
+is one pure function ``model._fit_core(aux, hp, key, max_rank) -> fitted`` where
 
 * ``aux`` is a pytree of device arrays prepared (and validated) once from the training data;
-* ``hp`` is a dict of *array-valued* hyperparameters (``lr``, ``l2``, ``dim``, ...), so that
-  ``fit`` does not recompile when they change and ``sweep`` can ``vmap`` over them;
-* ``key`` is a PRNG key; ``max_dim`` (static) is the width of the factor arrays. A model of
-  dimension ``d < max_dim`` keeps its factor columns ``d..max_dim-1`` at exactly zero (they
-  are initialised to zero and receive zero gradients), which is how sweeps pad dimensions.
+* ``hp`` is a dict of *array-valued* hyperparameters (``learning_rate``, ``l2``, ``rank``,
+  ...), so that ``fit`` does not recompile when they change and ``sweep`` can ``vmap`` over
+  them;
+* ``key`` is a PRNG key; ``max_rank`` (static) is the width of the factor arrays. A model of
+  rank ``d < max_rank`` keeps its factor columns ``d..max_rank-1`` at exactly zero (they
+  are initialised to zero and receive zero gradients), which is how sweeps pad ranks.
 
 Gradient-trained models implement four small pure pieces (``_init``, ``_batch``, ``_loss``,
 ``_finish``, optionally ``_project``) and share ``train_loop``: ``lax.scan`` over
@@ -23,7 +24,7 @@ the traced count of positives, so padding does not change the sampled stream.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -35,7 +36,7 @@ import optax
 from jax.typing import ArrayLike
 
 from jaxcal._jit import jit
-from jaxcal._validation import check_key  # re-exported for the models of this package
+from jaxcal._validation import check_int, check_key, check_real
 from jaxcal.data.triples import Interactions
 from jaxcal.metrics._keys import key_from_parts, key_parts
 from jaxcal.recsys._data import as_interactions
@@ -65,16 +66,16 @@ def make_optimizer(name: str, learning_rate: ArrayLike) -> optax.GradientTransfo
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}.")
 
 
-def init_factors(key: jax.Array, n_rows: int, max_dim: int, scale: float, dim: ArrayLike):
-    """``[n_rows, max_dim]`` N(0, scale^2) factors; columns ``>= dim`` are zero.
+def init_factors(key: jax.Array, n_rows: int, max_rank: int, scale: float, rank: ArrayLike):
+    """``[n_rows, max_rank]`` N(0, scale^2) factors; columns ``>= rank`` are zero.
 
     Column ``c`` is drawn from ``fold_in(key, c)``, so the first ``d`` columns do not depend
-    on ``max_dim``: a model padded to a wider sweep starts from the same factors.
+    on ``max_rank``: a model padded to a wider sweep starts from the same factors.
     """
     cols = jax.vmap(lambda c: jax.random.normal(jax.random.fold_in(key, c), (n_rows,)))(
-        jnp.arange(max_dim)
+        jnp.arange(max_rank)
     )
-    mask = jnp.arange(max_dim) < dim
+    mask = jnp.arange(max_rank) < rank
     return jnp.where(mask[None, :], scale * cols.T, 0.0)
 
 
@@ -192,7 +193,7 @@ def check_host_ids(users, items, n_users: int, n_items: int) -> tuple[np.ndarray
 
 
 def check_indices(users: ArrayLike, items: ArrayLike, n_users: int, n_items: int):
-    """Validate concrete user / item ids for ``score``; tracers pass through (inside jit)."""
+    """Validate concrete user / item ids for ``predict``; tracers pass through (inside jit)."""
     out = []
     for name, ids, n in (("users", users, n_users), ("items", items, n_items)):
         if isinstance(ids, jax.core.Tracer):
@@ -215,14 +216,6 @@ def check_indices(users: ArrayLike, items: ArrayLike, n_users: int, n_items: int
     return out[0], out[1]
 
 
-def _check_positive(value: Any, name: str, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    ok = ok and np.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}.")
-
-
 def _positive_grid(value: Any, name: str) -> np.ndarray:
     """``value`` as a 1-D float array of finite numbers > 0 (a number or a sequence: a grid
     of penalties), else ValueError."""
@@ -234,9 +227,13 @@ def _positive_grid(value: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _check_int(value: Any, name: str, *, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}.")
+def check_fraction(value: Any, name: str) -> float:
+    """``value`` as a float in ``(0, 1)`` (a share of the data), else a ValueError naming
+    ``name``."""
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if not (ok and 0 < value < 1):
+        raise ValueError(f"{name} must lie in (0, 1); got {value!r}.")
+    return float(value)
 
 
 def _check_settings(obj: Any, *, ints=(), positive=(), non_negative=()) -> None:
@@ -244,23 +241,27 @@ def _check_settings(obj: Any, *, ints=(), positive=(), non_negative=()) -> None:
     finite numbers > 0, ``non_negative`` finite numbers >= 0 (ValueError naming the first
     bad one)."""
     for name in ints:
-        _check_int(getattr(obj, name), name)
+        check_int(getattr(obj, name), name)
     for name in positive:
-        _check_positive(getattr(obj, name), name)
+        check_real(getattr(obj, name), name, minimum=0.0, strict=True)
     for name in non_negative:
-        _check_positive(getattr(obj, name), name, allow_zero=True)
+        check_real(getattr(obj, name), name, minimum=0.0)
 
 
 class Ranker:
     """Mixin for the ranking estimators (subclasses are frozen dataclasses).
 
     Subclasses set ``ARRAY_HPARAMS`` (the names passed to the core as arrays, which
-    ``sweep`` can vary together with ``seed`` and ``dim``) and implement ``_prepare`` and
-    ``_fit_core``.
+    ``sweep`` can vary together with ``replicate`` and ``rank``) and implement ``_validate``,
+    ``_prepare`` and ``_fit_core``. The hyperparameters are checked when the estimator is
+    built (``__post_init__``).
     """
 
     ARRAY_HPARAMS: tuple[str, ...] = ()
-    SWEEP_DIM: bool = True  # whether ``dim`` can be swept by padding
+    SWEEP_RANK: bool = True  # whether ``rank`` can be swept by padding
+
+    def __post_init__(self) -> None:
+        self._validate()
 
     # -- validation and preparation (eager, NumPy) --------------------------------------
     def _validate(self) -> None:  # pragma: no cover - overridden
@@ -270,7 +271,7 @@ class Ranker:
         """Validate fit-time inputs and build the device arrays ``aux`` for the core."""
         raise NotImplementedError
 
-    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
+    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_rank: int) -> Any:
         raise NotImplementedError  # pragma: no cover
 
     # -- shared plumbing ------------------------------------------------------------------
@@ -279,68 +280,71 @@ class Ranker:
         NumPy scalars: traced arguments of the compiled fit, converted without a program."""
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
         hp = {name: np.asarray(float(getattr(self, name)), dtype) for name in self.ARRAY_HPARAMS}
-        hp["dim"] = np.asarray(int(getattr(self, "dim", 1)), np.int32)
+        hp["rank"] = np.asarray(int(getattr(self, "rank", 1)), np.int32)
         for name, value in overrides.items():
             hp[name] = np.asarray(value, dtype=hp[name].dtype)
         return hp
 
     def _static(self) -> Ranker:
         """This estimator with its array hyperparameters blanked: the static jit argument,
-        so that changing ``lr`` or ``l2`` does not recompile."""
-        return dataclasses.replace(self, **{n: None for n in self.ARRAY_HPARAMS})
+        so that changing ``learning_rate`` or ``l2`` does not recompile (a copy, not a new
+        estimator: ``None`` would not pass the constructor's checks)."""
+        static = copy.copy(self)
+        for name in self.ARRAY_HPARAMS:
+            object.__setattr__(static, name, None)
+        return static
 
     def _data_and_aux(self, train, n_users, n_items, fit_kwargs):
-        self._validate()
         data = as_interactions(train, n_users=n_users, n_items=n_items)
         return data, self._prepare(data, **fit_kwargs)
 
-    def fit(
-        self,
-        train: Any,
-        *,
-        key: jax.Array,
-        n_users: int | None = None,
-        n_items: int | None = None,
-        **fit_kwargs: Any,
-    ) -> Any:
-        """Fit on positive interactions; see the class docstring for the model.
+    def _fit(self, train: Any, *, key: jax.Array, n_users=None, n_items=None, **fit_kwargs):
+        """The fit shared by the estimators' ``fit`` (documented there)."""
+        key = check_key(key)
+        _, aux = self._data_and_aux(train, n_users, n_items, fit_kwargs)
+        max_rank = int(getattr(self, "rank", 1))
+        key_data, impl = key_parts(key)
+        return _fit_jit(self._static(), aux, self._hp(), key_data, max_rank, impl)
+
+
+def fit_doc(returns: str, example: str, more_args: str = "") -> str:
+    """The docstring of a ranking model's ``fit``: the shared arguments (``more_args``:
+    lines of further ones), what it returns and an example (lines already indented)."""
+    return f"""Fit on positive interactions (the model of the class docstring).
 
         Args:
             train: a ``[n_users, n_items]`` matrix whose non-zero entries are positive
                 interactions, a ``(users, items[, values])`` tuple, a
                 ``jaxcal.data.Interactions`` (zero ratings are not positives), or an
                 object with ``users`` / ``items`` attributes.
-            key: PRNG key (initialisation and on-device sampling).
+            key: JAX PRNG key (initialisation and on-device sampling).
             n_users: number of users (pairs input only; default ``max(users) + 1``).
             n_items: number of items (pairs input only; default ``max(items) + 1``).
-            **fit_kwargs: model-specific data (e.g. ``propensity`` for ``UBPR``).
-
+{more_args}
         Returns:
-            The fitted model: an immutable pytree with ``score(users, items)``.
+            {returns}
 
         Raises:
-            ValueError: on invalid hyperparameters or training data.
+            ValueError: on an invalid key or invalid training data.
+
+        Example:
+{example}
         """
-        key = check_key(key)
-        _, aux = self._data_and_aux(train, n_users, n_items, fit_kwargs)
-        max_dim = int(getattr(self, "dim", 1))
-        key_data, impl = key_parts(key)
-        return _fit_jit(self._static(), aux, self._hp(), key_data, max_dim, impl)
 
 
-def _fit_core(model: Ranker, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
-    return model._fit_core(aux, hp, key, max_dim)
+def _fit_core(model: Ranker, aux: Any, hp: dict, key: jax.Array, max_rank: int) -> Any:
+    return model._fit_core(aux, hp, key, max_rank)
 
 
-@partial(jit, static_argnames=("model", "max_dim", "impl"))
-def _fit_jit(model, aux, hp, key_data, max_dim, impl):
-    return _fit_core(model, aux, hp, key_from_parts(key_data, impl), max_dim)
+@partial(jit, static_argnames=("model", "max_rank", "impl"))
+def _fit_jit(model, aux, hp, key_data, max_rank, impl):
+    return _fit_core(model, aux, hp, key_from_parts(key_data, impl), max_rank)
 
 
 class GradientRanker(Ranker):
     """Models trained by mini-batch gradient steps with the shared ``train_loop``.
 
-    Subclasses implement ``_init(key, aux, hp, max_dim) -> params``,
+    Subclasses implement ``_init(key, aux, hp, max_rank) -> params``,
     ``_batch(key, aux) -> batch``, ``_loss(params, batch, aux, hp) -> scalar`` and
     ``_finish(params, aux, hp, losses) -> fitted``, and may override ``_project``.
 
@@ -350,14 +354,14 @@ class GradientRanker(Ranker):
     ``sparse_sgd_loop`` (same updates, no dense gradient).
     """
 
-    ARRAY_HPARAMS = ("lr", "l2")
+    ARRAY_HPARAMS = ("learning_rate", "l2")
     SPARSE_SGD: bool = False
 
     def _validate_common(self) -> None:
         _check_settings(
             self,
-            ints=("dim", "n_steps", "batch_size"),
-            positive=("lr", "init_scale"),
+            ints=("rank", "n_steps", "batch_size"),
+            positive=("learning_rate", "init_scale"),
             non_negative=("l2",),
         )
         if self.optimizer not in OPTIMIZERS:
@@ -369,9 +373,9 @@ class GradientRanker(Ranker):
     def _project(self, params: Any, hp: dict) -> Any:
         return params
 
-    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_dim: int) -> Any:
+    def _fit_core(self, aux: Any, hp: dict, key: jax.Array, max_rank: int) -> Any:
         k_init, k_train = jax.random.split(key)
-        params = self._init(k_init, aux, hp, max_dim)
+        params = self._init(k_init, aux, hp, max_rank)
         if self.SPARSE_SGD and self.optimizer == "sgd":
             params, losses = sparse_sgd_loop(
                 lambda rows, b: self._row_loss(rows, b, aux, hp),
@@ -381,7 +385,7 @@ class GradientRanker(Ranker):
                 params,
                 key=k_train,
                 n_steps=self.n_steps,
-                learning_rate=hp["lr"],
+                learning_rate=hp["learning_rate"],
                 project=lambda p: self._project(p, hp),
             )
             return self._finish(params, aux, hp, losses)
@@ -391,7 +395,7 @@ class GradientRanker(Ranker):
             params,
             key=k_train,
             n_steps=self.n_steps,
-            optimizer=make_optimizer(self.optimizer, hp["lr"]),
+            optimizer=make_optimizer(self.optimizer, hp["learning_rate"]),
             project=lambda p: self._project(p, hp),
         )
         return self._finish(params, aux, hp, losses)

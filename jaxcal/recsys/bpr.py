@@ -16,6 +16,7 @@ device inside the scanned training step.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 from jaxcal.data.triples import Interactions
 from jaxcal.recsys._data import Sizes, sample_triples, sampler_tables
 from jaxcal.recsys._fitted import FactorModel
-from jaxcal.recsys._train import GradientRanker, init_factors
+from jaxcal.recsys._train import GradientRanker, fit_doc, init_factors
 
 __all__ = ["BPRMF", "bpr_loss"]
 
@@ -68,25 +69,29 @@ class BPRMF(GradientRanker):
     """BPR-MF (Rendle et al. 2009): pairwise ranking matrix factorisation.
 
     Args:
-        dim: number of factors.
-        lr: learning rate.
+        rank: number of factors.
+        learning_rate: the optimizer's step size.
         l2: L2 strength :math:`\\lambda` on the factors of each sampled triple.
         n_steps: optimizer steps (each on ``batch_size`` triples drawn on device).
         batch_size: triples per step.
         optimizer: ``"adam"``, ``"sgd"`` (LearnBPR's plain SGD) or ``"adagrad"``.
         init_scale: standard deviation of the normal initial factors.
 
+    Raises:
+        ValueError: a hyperparameter out of range (named in the message), when the
+            estimator is built.
+
     Example:
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import BPRMF
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = BPRMF(dim=8, n_steps=200).fit(train, key=jax.random.key(0))
-        >>> fitted.score(np.array([0, 1]), np.array([3, 4])).shape
+        >>> fitted = BPRMF(rank=8, n_steps=200).fit(train, key=jax.random.key(0))
+        >>> fitted.predict(np.array([0, 1]), np.array([3, 4])).shape
         (2,)
     """
 
-    dim: int = 64
-    lr: float = 0.01
+    rank: int = 64
+    learning_rate: float = 0.01
     l2: float = 1e-4
     n_steps: int = 2000
     batch_size: int = 1024
@@ -95,6 +100,28 @@ class BPRMF(GradientRanker):
 
     NEGATIVES = "non_positive"
     SPARSE_SGD = True  # optimizer="sgd" updates only the sampled rows (LearnBPR's update)
+    fitted_class = FactorModel
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> FactorModel:
+        return self._fit(train, key=key, n_users=n_users, n_items=n_items)
+
+    fit.__doc__ = fit_doc(
+        "The fitted :class:`FactorModel` (an immutable pytree with ``predict``).",
+        """            >>> import jax
+            >>> from jaxcal.recsys import BPRMF
+            >>> users, items = [0, 0, 1, 2, 2], [1, 3, 0, 2, 4]  # the positive pairs
+            >>> fitted = BPRMF(rank=4, n_steps=20).fit((users, items), key=jax.random.key(0),
+            ...                                        n_users=3, n_items=6)
+            >>> fitted.user_factors.shape, fitted.item_factors.shape
+            ((3, 4), (6, 4))""",
+    )
 
     def _prepare(self, data: Interactions) -> dict:
         tables = sampler_tables(data, need_negatives=self.NEGATIVES == "non_positive")
@@ -105,12 +132,12 @@ class BPRMF(GradientRanker):
             max_degree = 0  # unused: keep it out of the compiled program's cache key
         return {"tables": tables, "sizes": Sizes(data.n_users, data.n_items, max_degree)}
 
-    def _init(self, key, aux, hp, max_dim):
+    def _init(self, key, aux, hp, max_rank):
         k_u, k_i = jax.random.split(key)
         n_users, n_items = aux["sizes"].n_users, aux["sizes"].n_items
         return {
-            "user": init_factors(k_u, n_users, max_dim, self.init_scale, hp["dim"]),
-            "item": init_factors(k_i, n_items, max_dim, self.init_scale, hp["dim"]),
+            "user": init_factors(k_u, n_users, max_rank, self.init_scale, hp["rank"]),
+            "item": init_factors(k_i, n_items, max_rank, self.init_scale, hp["rank"]),
         }
 
     def _batch(self, key, aux):

@@ -17,12 +17,14 @@ regulariser are not implemented); an optional L2 term ``l2`` on the sampled rows
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from jaxcal._validation import check_real
 from jaxcal.recsys._fitted import DistanceModel
-from jaxcal.recsys._train import _check_positive
+from jaxcal.recsys._train import fit_doc
 from jaxcal.recsys.bpr import BPRMF
 
 __all__ = ["CML", "cml_loss", "clip_norms"]
@@ -48,7 +50,7 @@ class CML(BPRMF):
     """Collaborative metric learning (Hsieh et al. 2017); see the module docstring.
 
     Args:
-        dim, lr, n_steps, batch_size, optimizer, init_scale: as in ``BPRMF``.
+        rank, learning_rate, n_steps, batch_size, optimizer, init_scale: as in ``BPRMF``.
         l2: optional L2 strength on sampled rows (default 0; CML regularises by clipping).
         margin: hinge margin ``m`` (> 0).
 
@@ -56,7 +58,7 @@ class CML(BPRMF):
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import CML
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = CML(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted = CML(rank=8, n_steps=100).fit(train, key=jax.random.key(0))
         >>> norms = np.linalg.norm(np.asarray(fitted.item_factors), axis=1)
         >>> bool(np.all(norms <= 1 + 1e-6))  # the points are clipped to the unit ball
         True
@@ -65,11 +67,33 @@ class CML(BPRMF):
     l2: float = 0.0
     margin: float = 0.5
 
-    ARRAY_HPARAMS = ("lr", "l2", "margin")
+    ARRAY_HPARAMS = ("learning_rate", "l2", "margin")
+    fitted_class = DistanceModel
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> DistanceModel:
+        return self._fit(train, key=key, n_users=n_users, n_items=n_items)
+
+    fit.__doc__ = fit_doc(
+        "The fitted :class:`DistanceModel` (scores: negative squared distances).",
+        """            >>> import jax
+            >>> from jaxcal.data import Interactions
+            >>> from jaxcal.recsys import CML
+            >>> ratings = Interactions.create([0, 1, 1, 2], [2, 0, 3, 1], [5, 4, 0, 3])
+            >>> fitted = CML(rank=2, n_steps=20).fit(ratings, key=jax.random.key(0))
+            >>> fitted.predict_all().shape  # rating 0 is not a positive
+            (3, 4)""",
+    )
 
     def _validate(self) -> None:
         self._validate_common()
-        _check_positive(self.margin, "margin")
+        check_real(self.margin, "margin", minimum=0.0, strict=True)
 
     def _row_loss(self, rows, batch, aux, hp):
         return cml_loss(rows["user"], rows["pos"], rows["neg"], hp["margin"], hp["l2"])

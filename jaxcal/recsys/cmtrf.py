@@ -1,14 +1,12 @@
 r"""CMTRF: clustered monotone transforms for rating factorisation (Hiranandani, Somani,
-Koyejo and Acharyya, WSDM 2019), with a grid of ridge penalties and seeds trained in one
-program and chosen on validation ratings. See ``docs/cmtrf.md`` and
+Koyejo and Acharyya, WSDM 2019), with a grid of ridge penalties and random starts trained in
+one program and chosen on validation ratings (:class:`Search`). See ``docs/cmtrf.md`` and
 ``jaxcal.recsys._cmtrf_core`` for the formulas.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,17 +14,19 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
+from jaxcal._validation import check_int, check_real
 from jaxcal.data.triples import Interactions
 from jaxcal.recsys import _cmtrf_core as core
 from jaxcal.recsys._cmtrf_data import _fit_ratings, _pairs, _training_problem
-from jaxcal.recsys._cmtrf_fitted import CMTRFEnsemble, CMTRFModel, _mean_validation_mse
+from jaxcal.recsys._cmtrf_fitted import _MEMBER_FIELDS, CMTRFModel, _mean_validation_mse
 from jaxcal.recsys._cmtrf_grid import _chosen_sweeps, _seed_keys, _warm_path, _work_plan
-from jaxcal.recsys._train import _check_int, _check_settings, _positive_grid, check_key
+from jaxcal.recsys._cmtrf_options import CMTRFSolver, Search, _check_bool
+from jaxcal.recsys._train import _positive_grid, check_fraction, check_key
 
-__all__ = ["CMTRF", "CMTRFEnsemble", "CMTRFModel"]
+__all__ = ["CMTRF", "CMTRFModel", "CMTRFSolver", "Search"]
 
 _TRANSFORMS = ("none", "global", "per_user", "clustered")
-_LOSSES = ("squared", "poisson")
+_OBJECTIVES = ("squared", "poisson")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +35,8 @@ class CMTRF:
 
     Hiranandani, Somani, Koyejo and Acharyya, "Clustered Monotone Transforms for Rating
     Factorization", WSDM 2019. A rating :math:`r_{ui} \in 1..L` is fitted through a
-    transform :math:`z_{g(u)}[r]` with gaps :math:`\ge \varepsilon`: learned for all users
-    (``transform="global"``), per user (``"per_user"``), per cluster of users
+    transform :math:`z_{g(u)}[r]` with gaps :math:`\ge \varepsilon` (``min_gap``): learned
+    for all users (``transform="global"``), per user (``"per_user"``), per cluster of users
     (``"clustered"``: k-means over the per-user transforms, then users reassigned by
     training loss) or not at all (``"none"``: ridge matrix factorisation of the raw
     ratings). The factors minimise :math:`\sum D_\phi(z \,\|\, f(\theta)) +
@@ -46,66 +46,40 @@ class CMTRF:
     the transform's shape identifiable (without it every gap collapses to
     :math:`\varepsilon`; ``docs/cmtrf.md``).
 
-    ``l2_user`` / ``l2_item`` may be sequences: every ``(l2_user, l2_item, seed)`` point of
-    the grid is trained in one ``vmap``-ped program, and the point with the lowest
-    validation MSE is kept.
+    The constructor holds the model; how penalties and random starts are searched (a grid
+    of penalties, replicates, warm starts, a refit, an ensemble) is a :class:`Search`, and
+    how the solver runs a :class:`CMTRFSolver`, both passed to :meth:`fit`.
 
     Args:
         transform: ``"none"``, ``"global"``, ``"per_user"`` or ``"clustered"``.
         rank: number of factors :math:`d`.
         n_clusters: clusters of ``"clustered"``.
-        epsilon: smallest gap :math:`\varepsilon` between consecutive levels (> 0; at most
-            1 with ``anchor``).
-        l2_user, l2_item: ridge penalties (> 0), a number or a sequence (the grid).
-        loss: ``"squared"`` or ``"poisson"`` (generalised I-divergence, :math:`f = \exp`).
+        min_gap: the smallest gap :math:`\varepsilon` between consecutive transformed levels
+            :math:`z[r + 1] - z[r]` (> 0; at most 1 with ``anchor``).
+        l2_user, l2_item: ridge penalties (> 0); a :class:`Search` may give grids instead.
+        objective: ``"squared"`` or ``"poisson"`` (generalised I-divergence,
+            :math:`f = \exp`).
         anchor: fix the end levels of the transform at :math:`1` and :math:`L`.
         biases: add user and item biases :math:`b_u + c_i` to :math:`\theta` (penalised with
             the same ridge as their side's factors).
         offset: add a global offset :math:`\mu` to :math:`\theta` (not penalised; refitted
             exactly after every sweep). ``offset=False, anchor=False`` is the authors' model.
-        n_sweeps: most ALS sweeps (per phase for ``"clustered"``).
+        n_levels: the rating scale ``L`` (default: the largest rating seen).
+        max_iter: most ALS sweeps (per phase for ``"clustered"``); early stopping on the
+            validation ratings usually ends a fit before.
         patience: stop after this many sweeps without progress (default 5; 2 with
-            ``warm_start``, whose points start close to their optimum, and then for the
-            ``ensemble``'s further members too).
+            ``Search(warm_start=True)``, whose points start close to their optimum, and then
+            for the ensemble's further members too).
         tol: progress is a validation MSE more than ``tol`` (relative) below the one of the
             last progress (default 0: any decrease). The fit keeps the sweep of lowest
             validation MSE either way. ``tol=0.003`` ends the long tails of slowly
             improving fits (``docs/benchmarks.md``).
-        n_seeds: random initialisations per penalty pair (part of the grid).
-        n_levels: the rating scale ``L`` (default: the largest rating seen).
         validation_fraction: share of the training ratings held out (by ``key``) for early
             stopping and the grid choice when ``fit`` gets no ``validation``.
-        init_scale: standard deviation of the initial item factors.
-        n_newton: Newton steps per half-step (``loss="poisson"``).
-        grid_batch_size: grid points per ``vmap`` chunk. Default: on a CPU one point after
-            another (a ``vmap``-ped chunk runs every point for as many sweeps as its
-            slowest point needs; ``docs/cmtrf.md``); on a GPU / TPU as many points as fit
-            in about 1 GiB of work arrays.
-        warm_start: train each ``l2_user``'s points one after another, from the largest
-            ``l2_item`` down: the first from its own random start, each next one from the
-            factors of the previous point, instead of each from its own random start: fewer
-            sweeps per point. Needs ``n_seeds=1``; a grid point then no longer equals the
-            single fit with its penalties (but for the first of each ``l2_user``).
-        refit: after the choice, train the chosen grid point again on the training and
-            validation ratings together: from the same start (its random draw, or with
-            ``warm_start`` the state it started from), with the same penalties, for the
-            number of sweeps chosen on validation (per phase for ``"clustered"``), without
-            early stopping. The model then learns from every rating given to ``fit``, as
-            the final fit after cross-validation does. ``validation_mse`` and
-            ``grid_validation_mse`` stay those of the choice.
-        ensemble: number of fits averaged (default 1: no ensemble). With ``ensemble=S``
-            the chosen penalties are also trained from ``S - 1`` further random starts
-            (the seeds after the grid's, early-stopped on validation as the grid's points;
-            each refitted with ``refit``), and ``fit`` returns a
-            :class:`CMTRFEnsemble` predicting the mean of the ``S`` members' predicted
-            ratings. The members of a low-rank fit from different starts land on different
-            local optima; their mean has a lower error than a typical member (by
-            convexity never a higher one than their average error).
-        dense: solve the ALS half-steps on dense ``[n_users, n_items]`` rating matrices
-            (matrix products) instead of per-rating scatters (same result). Default: dense
-            on GPU / TPU when the padded matrix has at most 2^23 cells, per-rating on CPU
-            (there by jaxcal's compiled ridge kernel when it is built, ``jaxcal._native``;
-            ``JAXCAL_NATIVE=0``: ``segment_sum`` scatters).
+
+    Raises:
+        ValueError: a hyperparameter out of range (named in the message), when the
+            estimator is built.
 
     Example:
         >>> import jax, numpy as np
@@ -114,9 +88,9 @@ class CMTRF:
         >>> rng = np.random.default_rng(0)
         >>> dense = np.where(rng.random((40, 30)) < 0.5, rng.integers(1, 6, (40, 30)), 0)
         >>> train = Interactions.from_dense(dense)
-        >>> model = CMTRF(transform="global", rank=2, n_sweeps=5).fit(train, key=jax.random.key(0))
-        >>> model.transforms.shape
-        (1, 5)
+        >>> model = CMTRF(transform="global", rank=2, max_iter=5).fit(train, key=jax.random.key(0))
+        >>> model.transforms.shape  # [members, transforms, levels]
+        (1, 1, 5)
         >>> bool(np.all(np.diff(np.asarray(model.transforms)) >= 0.5 - 1e-5))
         True
     """
@@ -124,67 +98,50 @@ class CMTRF:
     transform: str = "global"
     rank: int = 10
     n_clusters: int = 5
-    epsilon: float = 0.5
-    l2_user: float | Sequence[float] = 1.0
-    l2_item: float | Sequence[float] = 1.0
-    loss: str = "squared"
+    min_gap: float = 0.5
+    l2_user: float = 1.0
+    l2_item: float = 1.0
+    objective: str = "squared"
     anchor: bool = True
     biases: bool = False
     offset: bool = True
-    n_sweeps: int = 50
+    n_levels: int | None = None
+    max_iter: int = 50
     patience: int | None = None
     tol: float = 0.0
-    n_seeds: int = 1
-    n_levels: int | None = None
     validation_fraction: float = 0.1
-    init_scale: float = 0.1
-    n_newton: int = 8
-    grid_batch_size: int | None = None
-    warm_start: bool = False
-    refit: bool = False
-    ensemble: int = 1
-    dense: bool | None = None
+
+    fitted_class = CMTRFModel
 
     def __post_init__(self) -> None:
         if self.transform not in _TRANSFORMS:
             raise ValueError(f"transform must be one of {_TRANSFORMS}; got {self.transform!r}.")
-        if self.loss not in _LOSSES:
-            raise ValueError(f"loss must be one of {_LOSSES}; got {self.loss!r}.")
-        _check_settings(
-            self, ints=("rank", "n_clusters", "n_sweeps", "n_seeds", "ensemble", "n_newton")
-        )
-        for name in ("patience", "grid_batch_size"):
-            if getattr(self, name) is not None:
-                _check_int(getattr(self, name), name)
+        if self.objective not in _OBJECTIVES:
+            raise ValueError(f"objective must be one of {_OBJECTIVES}; got {self.objective!r}.")
+        for name in ("rank", "n_clusters", "max_iter"):
+            check_int(getattr(self, name), name)
+        if self.patience is not None:
+            check_int(self.patience, "patience")
         if self.n_levels is not None:
-            _check_int(self.n_levels, "n_levels", minimum=2)
-        for name in ("warm_start", "refit", "anchor", "biases", "offset"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}.")
-        if self.warm_start and self.n_seeds != 1:
-            raise ValueError("warm_start=True needs n_seeds=1 (seeds would start from each other).")
+            check_int(self.n_levels, "n_levels", minimum=2)
+        for name in ("anchor", "biases", "offset"):
+            _check_bool(getattr(self, name), name)
         if not (isinstance(self.tol, int | float) and 0 <= self.tol < 1):
             raise ValueError(f"tol must be a number in [0, 1); got {self.tol!r}.")
-        eps = self.epsilon
-        if isinstance(eps, bool) or not isinstance(eps, int | float) or not math.isfinite(eps):
-            raise ValueError(f"epsilon must be a finite number; got {eps!r}.")
-        if eps <= 0:
-            raise ValueError(f"epsilon must be > 0; got {eps!r}.")
-        if self.anchor and eps > 1:
+        gap = check_real(self.min_gap, "min_gap", minimum=0.0, strict=True)
+        if self.anchor and gap > 1:
             raise ValueError(
-                f"epsilon must be <= 1 with anchor=True (the anchors z[1] = 1, z[L] = L leave "
-                f"L - 1 for L - 1 gaps); got {eps!r}. Use anchor=False for larger gaps."
+                f"min_gap must be <= 1 with anchor=True (the anchors z[1] = 1, z[L] = L leave "
+                f"L - 1 for L - 1 gaps); got {gap!r}. Use anchor=False for larger gaps."
             )
-        if self.dense not in (None, True, False):
-            raise ValueError(f"dense must be None, True or False; got {self.dense!r}.")
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(
-                f"validation_fraction must lie in (0, 1); got {self.validation_fraction!r}."
-            )
-        if not (isinstance(self.init_scale, int | float) and self.init_scale > 0):
-            raise ValueError(f"init_scale must be > 0; got {self.init_scale!r}.")
-        _positive_grid(self.l2_user, "l2_user")
-        _positive_grid(self.l2_item, "l2_item")
+        check_fraction(self.validation_fraction, "validation_fraction")
+        for name in ("l2_user", "l2_item"):
+            if not isinstance(getattr(self, name), int | float | np.integer | np.floating):
+                raise ValueError(
+                    f"{name} must be a number > 0; got {getattr(self, name)!r} (a grid of "
+                    f"penalties goes in fit's search=Search({name}=...))."
+                )
+            check_real(getattr(self, name), name, minimum=0.0, strict=True)
 
     def fit(
         self,
@@ -193,26 +150,60 @@ class CMTRF:
         key: jax.Array,
         validation: Interactions | None = None,
         propensity: ArrayLike | None = None,
-    ) -> CMTRFModel | CMTRFEnsemble:
+        search: Search | None = None,
+        solver: CMTRFSolver | None = None,
+    ) -> CMTRFModel:
         r"""Fit on ``train`` (explicit ratings ``1..L``), early-stopped and grid-chosen on
         ``validation`` ratings; when ``validation`` is None a random
         ``validation_fraction`` of ``train`` (drawn with ``key``) is held out for that and
         not trained on. Test ratings are never needed.
 
-        ``propensity``: ``[n_users, n_items]`` probabilities that each rating is observed
-        (ratings missing not at random, as Coat's self-selected ones). Every loss over
-        ratings (the ALS half-steps, the transform step, the global offset and the
-        validation MSE) is then weighted by :math:`1 / p_{ui}` (inverse propensity scoring,
-        Schnabel et al., ICML 2016): the training weights scaled to mean 1, so that the
-        penalties keep their meaning, and the validation MSE self-normalised
-        (:math:`\sum w e^2 / \sum w`), an estimate of the error on ratings of items drawn
-        at random.
+        Args:
+            train: the training ratings (``jaxcal.data.Interactions``).
+            key: JAX PRNG key: the hold-out (without ``validation``) and the random starts.
+            validation: validation ratings of the same users and items.
+            propensity: ``[n_users, n_items]`` probabilities that each rating is observed
+                (ratings missing not at random, as Coat's self-selected ones). Every loss
+                over ratings (the ALS half-steps, the transform step, the global offset and
+                the validation MSE) is then weighted by :math:`1 / p_{ui}` (inverse
+                propensity scoring, Schnabel et al., ICML 2016): the training weights
+                scaled to mean 1, so that the penalties keep their meaning, and the
+                validation MSE self-normalised (:math:`\sum w e^2 / \sum w`), an estimate of
+                the error on ratings of items drawn at random.
+            search: the grid of penalties, replicates, warm start, refit and ensemble
+                (:class:`Search`; default: the estimator's penalties, one fit).
+            solver: how the solver runs (:class:`CMTRFSolver`; default: its defaults).
+
+        Returns:
+            A :class:`CMTRFModel`, always: its per-fit arrays carry a leading members axis
+            (one member unless ``search.ensemble > 1``).
 
         Raises:
             ValueError: ratings not integers in ``1..L``, empty data, ids out of range,
-                ``validation`` of another size, too few ratings to hold out, or
-                ``propensity`` of another shape or outside ``(0, 1]`` where rated.
+                ``validation`` of another size, too few ratings to hold out,
+                ``propensity`` of another shape or outside ``(0, 1]`` where rated, or
+                ``search`` / ``solver`` of another type.
+
+        Example:
+            >>> import jax
+            >>> from jaxcal.data import simulate_ratings
+            >>> from jaxcal.recsys import CMTRF, Search
+            >>> sim = simulate_ratings("sd1", n_users=40, n_items=30, density=0.5,
+            ...                        key=jax.random.key(1))
+            >>> search = Search(l2_user=(0.1, 1.0), refit=True)  # l2_item: the model's
+            >>> model = CMTRF(rank=2, max_iter=5).fit(sim.ratings, key=jax.random.key(0),
+            ...                                       search=search)
+            >>> model.grid_validation_mse.shape, float(model.l2_item)
+            ((2, 1, 1), 1.0)
         """
+        search = Search() if search is None else search
+        solver = CMTRFSolver() if solver is None else solver
+        if not isinstance(search, Search):
+            raise ValueError(f"search must be a jaxcal.recsys.Search; got {type(search).__name__}.")
+        if not isinstance(solver, CMTRFSolver):
+            raise ValueError(
+                f"solver must be a jaxcal.recsys.CMTRFSolver; got {type(solver).__name__}."
+            )
         key = check_key(key)
         if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.wrap_key_data(key)
@@ -241,12 +232,13 @@ class CMTRF:
             weight=val_w,
         )
         problem = _training_problem(train, train_w, validation_pairs)
-        l2u = _positive_grid(self.l2_user, "l2_user")
-        l2i = _positive_grid(self.l2_item, "l2_item")
-        grid_u, grid_i, seeds = np.meshgrid(l2u, l2i, np.arange(self.n_seeds), indexing="ij")
-        # seed s uses fold_in(key, s) whatever n_seeds is: a grid point equals the single
-        # fit with its penalties (and n_seeds = s + 1)
-        keys = _seed_keys(k_grid, range(self.n_seeds))[seeds.reshape(-1)]
+        l2u = _positive_grid(self.l2_user if search.l2_user is None else search.l2_user, "l2_user")
+        l2i = _positive_grid(self.l2_item if search.l2_item is None else search.l2_item, "l2_item")
+        n_rep = search.n_replicates
+        grid_u, grid_i, reps = np.meshgrid(l2u, l2i, np.arange(n_rep), indexing="ij")
+        # replicate r uses fold_in(key, r) whatever n_replicates is: a grid point equals the
+        # single fit with its penalties (and n_replicates = r + 1)
+        keys = _seed_keys(k_grid, range(n_rep))[reps.reshape(-1)]
         n_users = _shapes.padded_size(train.n_users)
         n_items = _shapes.padded_size(train.n_items)
         dense, native, batch = _work_plan(
@@ -254,9 +246,9 @@ class CMTRF:
             n_items,
             _shapes.padded_size(train.rating.size),
             self.rank + (1 if self.biases else 0),
-            self.loss,
-            self.dense,
-            self.grid_batch_size,
+            self.objective,
+            solver.dense,
+            solver.grid_batch_size,
         )
         cfg = core.Config(
             n_users=n_users,
@@ -264,29 +256,29 @@ class CMTRF:
             n_levels=n_levels,
             rank=self.rank,
             transform=self.transform,
-            loss=self.loss,
+            loss=self.objective,
             anchor=self.anchor,
             biases=self.biases,
             offset=self.offset,
             n_clusters=self.n_clusters,
-            n_sweeps=self.n_sweeps,
-            n_newton=self.n_newton,
-            init_scale=float(self.init_scale),
+            n_sweeps=self.max_iter,
+            n_newton=solver.n_newton,
+            init_scale=float(solver.init_scale),
             batch_size=None if batch is None else min(int(batch), grid_u.size),
             dense=dense,
             native=native,
-            warm_start=self.warm_start,
+            warm_start=search.warm_start,
         )
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
         order, restart = np.arange(grid_u.size), None
-        if self.warm_start:
+        if search.warm_start:
             order, restart = _warm_path(l2u, l2i)
         patience = self.patience
         if patience is None:
-            patience = 2 if self.warm_start else 5
+            patience = 2 if search.warm_start else 5
         # the traced settings every fit of this call shares
         shared = (
-            np.asarray(self.epsilon, dtype),
+            np.asarray(self.min_gap, dtype),
             np.asarray(patience, np.int32),
             np.asarray(self.tol, dtype),
         )
@@ -299,7 +291,7 @@ class CMTRF:
             restart,
             cfg=cfg,
         )
-        if self.warm_start:  # back to the grid's order
+        if search.warm_start:  # back to the grid's order
             back = np.argsort(order)
             out, starts = jax.tree.map(lambda a: np.asarray(a)[back], (out, starts))
         mse = np.asarray(out.best_mse)
@@ -309,7 +301,7 @@ class CMTRF:
         lu = grid_u.reshape(-1)[best].astype(dtype)
         li = grid_i.reshape(-1)[best].astype(dtype)
         state, both = chosen.state, None
-        if self.refit:  # the training and validation ratings together
+        if search.refit:  # the training and validation ratings together
             both = _training_problem(
                 train.concat(validation),
                 None if propensity is None else np.concatenate([train_w, val_w]),
@@ -333,12 +325,12 @@ class CMTRF:
             "l2_user": jnp.asarray(lu, dtype),
             "l2_item": jnp.asarray(li, dtype),
         }
-        model = self._model(state, chosen, train, settings)
-        if self.ensemble == 1:
-            return model
-        # the further members: the seeds after the grid's, from random starts
-        n_more = self.ensemble - 1
-        more_keys = _seed_keys(k_grid, range(self.n_seeds, self.n_seeds + n_more))
+        members = [self._member(state, chosen, train)]
+        if search.ensemble == 1:
+            return self._model(members, settings, mse[best])
+        # the further members: the replicates after the grid's, from random starts
+        n_more = search.ensemble - 1
+        more_keys = _seed_keys(k_grid, range(n_rep, n_rep + n_more))
         more_cfg = dataclasses.replace(
             cfg, warm_start=False, batch_size=None if batch is None else min(int(batch), n_more)
         )
@@ -347,9 +339,9 @@ class CMTRF:
         )
         more = jax.tree.map(np.asarray, more)
         every = jax.tree.map(lambda a, b: np.concatenate([a[None], b]), chosen.state, more.state)
-        mean_mse = _mean_validation_mse(every, validation_pairs, self.loss)
+        mean_mse = _mean_validation_mse(every, validation_pairs, self.objective)
         states = [jax.tree.map(lambda a, m=m: a[m], more.state) for m in range(n_more)]
-        if self.refit:
+        if search.refit:
             sweeps = [
                 _chosen_sweeps(more.pretrain_history[m], more.best_sweep[m], self.transform)
                 for m in range(n_more)
@@ -365,36 +357,40 @@ class CMTRF:
             )
             stacked = jax.tree.map(np.asarray, stacked)
             states = [jax.tree.map(lambda a, m=m: a[m], stacked) for m in range(n_more)]
-        models = [model] + [
-            self._model(st, jax.tree.map(lambda a, m=m: a[m], more), train, settings)
+        members += [
+            self._member(st, jax.tree.map(lambda a, m=m: a[m], more), train)
             for m, st in enumerate(states)
         ]
-        return CMTRFEnsemble(
-            members=jax.tree.map(lambda *a: jnp.stack(a), *models),
-            mean_validation_mse=jnp.asarray(mean_mse, dtype),
-        )
+        return self._model(members, settings, mean_mse)
 
-    def _model(self, state: core.State, fit: core.FitOutput, train, settings) -> CMTRFModel:
-        """The fitted model of ``state`` (the padding cut off), with ``fit``'s validation
-        record."""
-        return CMTRFModel(
-            user_factors=jnp.asarray(state.user_factors[: train.n_users]),
-            item_factors=jnp.asarray(state.item_factors[: train.n_items]),
-            user_bias=jnp.asarray(state.user_bias[: train.n_users]),
-            item_bias=jnp.asarray(state.item_bias[: train.n_items]),
-            transforms=jnp.asarray(
+    def _member(self, state: core.State, fit: core.FitOutput, train) -> dict:
+        """One member's arrays (the padding cut off), with ``fit``'s validation record."""
+        return {
+            "user_factors": jnp.asarray(state.user_factors[: train.n_users]),
+            "item_factors": jnp.asarray(state.item_factors[: train.n_items]),
+            "user_bias": jnp.asarray(state.user_bias[: train.n_users]),
+            "item_bias": jnp.asarray(state.item_bias[: train.n_items]),
+            "transforms": jnp.asarray(
                 state.transforms[: train.n_users]
                 if self.transform == "per_user"
                 else state.transforms
             ),
-            group=jnp.asarray(state.group[: train.n_users]),
-            validation_mse=jnp.asarray(fit.history),
-            pretrain_validation_mse=jnp.asarray(fit.pretrain_history),
-            best_sweep=jnp.asarray(fit.best_sweep),
-            offset=jnp.asarray(state.offset),
-            loss=self.loss,
-            transform=self.transform,
-            epsilon=float(self.epsilon),
-            anchor=self.anchor,
+            "group": jnp.asarray(state.group[: train.n_users]),
+            "offset": jnp.asarray(state.offset),
+            "validation_mse": jnp.asarray(fit.history),
+            "pretrain_validation_mse": jnp.asarray(fit.pretrain_history),
+            "best_sweep": jnp.asarray(fit.best_sweep),
+        }
+
+    def _model(self, members: list[dict], settings: dict, mean_mse) -> CMTRFModel:
+        """The fitted model of ``members`` (stacked along a leading axis)."""
+        stacked = {f: jnp.stack([m[f] for m in members]) for f in _MEMBER_FIELDS}
+        return CMTRFModel(
+            **stacked,
             **settings,
+            mean_validation_mse=jnp.asarray(mean_mse, settings["l2_user"].dtype),
+            objective=self.objective,
+            transform=self.transform,
+            min_gap=float(self.min_gap),
+            anchor=self.anchor,
         )

@@ -21,9 +21,9 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
+from jaxcal._validation import check_int
 from jaxcal.data.triples import Interactions
 from jaxcal.recsys._fitted import FactorModel
-from jaxcal.recsys._train import _check_int
 from jaxcal.recsys.bpr import BPRMF
 
 __all__ = ["LightGCN", "Graph", "build_graph", "propagate"]
@@ -64,6 +64,16 @@ def propagate(
 
     Returns:
         ``(users, items)`` final embeddings, same shapes as the inputs.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.data import Interactions
+        >>> from jaxcal.recsys import propagate
+        >>> from jaxcal.recsys.lightgcn import build_graph
+        >>> graph = build_graph(Interactions.from_dense(jnp.array([[1, 0], [1, 1]])))
+        >>> users, items = propagate(jnp.ones((2, 3)), jnp.zeros((2, 3)), graph, n_layers=1)
+        >>> users.shape, items.shape
+        ((2, 3), (2, 3))
     """
     e_u, e_i = jnp.asarray(user_emb), jnp.asarray(item_emb)
     n_users, n_items = e_u.shape[0], e_i.shape[0]
@@ -82,15 +92,18 @@ class LightGCN(BPRMF):
     """LightGCN (He et al. 2020); see the module docstring.
 
     Args:
-        dim, lr, l2, n_steps, batch_size, optimizer, init_scale: as in ``BPRMF``.
+        rank, learning_rate, l2, n_steps, batch_size, optimizer, init_scale: as in
+            ``BPRMF``.
         n_layers: propagation layers ``L`` (the paper uses 1 to 4; default 2).
+
+    ``fit`` returns a :class:`FactorModel` of the propagated embeddings (as ``BPRMF.fit``).
 
     Example:
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import LightGCN
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = LightGCN(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
-        >>> fitted.score_all(np.array([0, 1])).shape  # every item's score for users 0 and 1
+        >>> fitted = LightGCN(rank=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted.predict_all(np.array([0, 1])).shape  # every item's score for users 0 and 1
         (2, 40)
     """
 
@@ -100,7 +113,7 @@ class LightGCN(BPRMF):
 
     def _validate(self) -> None:
         self._validate_common()
-        _check_int(self.n_layers, "n_layers", minimum=0)
+        check_int(self.n_layers, "n_layers", minimum=0)
 
     def _prepare(self, data: Interactions) -> dict:
         aux = super()._prepare(data)

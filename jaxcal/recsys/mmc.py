@@ -39,16 +39,11 @@ from jax.typing import ArrayLike
 from jaxcal import _shapes
 from jaxcal._jit import jit
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._validation import check_int, check_real
 from jaxcal.data.triples import Interactions
 from jaxcal.fitting.isotonic import isotonic_regression_in_program
-from jaxcal.recsys._fitted import FactorSizes
-from jaxcal.recsys._train import (
-    _check_int,
-    _check_positive,
-    check_host_ids,
-    check_key,
-    key_parts,
-)
+from jaxcal.recsys._fitted import FactorSizes, all_items
+from jaxcal.recsys._train import check_fraction, check_host_ids, check_key, key_parts
 
 __all__ = ["MMC", "MMCModel", "mmc_fit", "rank_projection"]
 
@@ -72,15 +67,15 @@ class MMCFit(NamedTuple):
 
     best: _Iterate
     best_iteration: jax.Array  # int: 0 is the initial projection
-    validation_mse: jax.Array  # [n_iter + 1]
-    train_mse: jax.Array  # [n_iter + 1]
+    validation_mse: jax.Array  # [max_iter + 1]
+    train_mse: jax.Array  # [max_iter + 1]
 
 
 def _weighted_mse(fitted, ratings, weight):
     return jnp.sum(weight * (fitted - ratings) ** 2) / jnp.maximum(jnp.sum(weight), 1.0)
 
 
-@functools.partial(jit, static_argnames=("rank", "n_iter", "shape"))
+@functools.partial(jit, static_argnames=("rank", "max_iter", "shape"))
 def mmc_fit(
     rows: jax.Array,
     cols: jax.Array,
@@ -91,7 +86,7 @@ def mmc_fit(
     step: jax.Array,
     *,
     rank: int,
-    n_iter: int,
+    max_iter: int,
     shape: tuple[int, int],
 ) -> MMCFit:
     r"""The MMC-c iterations (module docstring) as one program.
@@ -106,7 +101,8 @@ def mmc_fit(
         scale: :math:`c = mn / |\Omega|` (true sizes, not the padded ones).
         step: the step :math:`\eta`.
         rank: the rank :math:`r`.
-        n_iter: number of iterations after the initial projection.
+        max_iter: number of iterations after the initial projection (all run; the best
+            on validation is kept).
         shape: ``(m, n)`` of the (padded) matrix; padded rows and columns stay zero.
 
     Returns:
@@ -145,7 +141,7 @@ def mmc_fit(
     mse0, train0 = errors(first)
     zero = jnp.zeros((), jnp.int32)
     (_, best, _, best_t, _), (mse, train) = jax.lax.scan(
-        body, (first, first, mse0, zero, zero), None, length=n_iter
+        body, (first, first, mse0, zero, zero), None, length=max_iter
     )
     return MMCFit(
         best, best_t, jnp.concatenate([mse0[None], mse]), jnp.concatenate([train0[None], train])
@@ -169,11 +165,21 @@ class MMCModel(FactorSizes):
         link_scores: ``[k]`` knots of :math:`\hat g`: the training scores in increasing order
             (padded to a bucket size with copies of the last one).
         link_values: ``[k]`` :math:`\hat g` at the knots (non-decreasing).
-        validation_mse: ``[n_iter + 1]`` validation MSE of every iterate (0: the initial
+        validation_mse: ``[max_iter + 1]`` validation MSE of every iterate (0: the initial
             projection).
-        train_mse: ``[n_iter + 1]`` training MSE of every iterate.
+        train_mse: ``[max_iter + 1]`` training MSE of every iterate.
         best_iteration: index of the returned iterate (smallest validation MSE).
         rank: the rank.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.data import Interactions
+        >>> from jaxcal.recsys import MMC, MMCModel
+        >>> dense = np.random.default_rng(0).integers(0, 6, (20, 15))  # 0: not rated
+        >>> model = MMC(rank=2, max_iter=5).fit(Interactions.from_dense(dense),
+        ...                                     key=jax.random.key(0))
+        >>> isinstance(model, MMCModel), model.predict_all().shape
+        (True, (20, 15))
     """
 
     user_factors: jax.Array
@@ -196,14 +202,50 @@ class MMCModel(FactorSizes):
         out = _pair_outputs(user_f, item_f, *arrays[2:], up, ip, link=link)
         return _shapes.unpad(out, u.size, u.shape)
 
-    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
-        r"""The low-rank scores :math:`Z_{ui}` of ``(users, items)`` (integer ids, broadcast)."""
+    def predict_latent(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        r"""The low-rank scores :math:`Z_{ui}` of ``(users, items)`` (integer ids, broadcast),
+        before the link: they rank a user's items without the ties of the step-shaped
+        :math:`\hat g`.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from jaxcal.recsys import MMCModel
+            >>> z = jnp.zeros(1)  # (no fit history here)
+            >>> model = MMCModel(jnp.array([[1.0], [2.0]]), jnp.array([[1.0], [-1.0], [0.5]]),
+            ...                  jnp.array([-2.0, 2.0]), jnp.array([1.0, 5.0]), z, z, z)
+            >>> model.predict_latent(0, jnp.array([0, 1, 2])).tolist()  # <a_0, b_i>
+            [1.0, -1.0, 0.5]
+        """
         return self._outputs(users, items, link=False)
 
     def predict(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
         r"""Predicted ratings :math:`\hat g(Z_{ui})` of ``(users, items)`` (integer ids,
-        broadcast together); within the range of the training ratings."""
+        broadcast together); within the range of the training ratings.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from jaxcal.recsys import MMCModel
+            >>> z = jnp.zeros(1)
+            >>> model = MMCModel(jnp.array([[1.0], [2.0]]), jnp.array([[1.0], [-1.0], [0.5]]),
+            ...                  jnp.array([-2.0, 2.0]), jnp.array([1.0, 5.0]), z, z, z)
+            >>> model.predict(0, jnp.array([0, 1, 2])).tolist()  # g(z) = 3 + z on [-2, 2]
+            [4.0, 2.0, 3.5]
+        """
         return self._outputs(users, items, link=True)
+
+    def predict_all(self, users: ArrayLike | None = None) -> jax.Array:
+        """``[n, n_items]`` predicted ratings of every item for ``users`` (integer ids;
+        default: all users).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from jaxcal.recsys import MMCModel
+            >>> eye, none = jnp.eye(2), jnp.zeros(1)
+            >>> link = (jnp.array([0.0, 1.0]), jnp.array([1.0, 2.0]))  # g(z) = 1 + z
+            >>> MMCModel(eye, eye, *link, none, none, none).predict_all().tolist()  # Z = I
+            [[2.0, 1.0], [1.0, 2.0]]
+        """
+        return all_items(self.predict, users, self.n_users, self.n_items)
 
 
 def _check_ratings(x: Interactions, name: str) -> np.ndarray:
@@ -242,10 +284,11 @@ class MMC:
 
     Args:
         rank: rank of :math:`Z` (at most ``min(n_users, n_items)``).
-        n_iter: iterations after the initial projection.
+        max_iter: iterations after the initial projection (all run; the iterate with the
+            smallest validation MSE is kept).
         step: gradient step :math:`\eta` (``> 0``) on the rescaled residual :math:`c
             P_\Omega(\hat g(Z) - X)` (an unbiased estimate of the full residual matrix).
-            The default 3 (jaxcal's choice, as is ``n_iter``) gave the best held-out MSE of
+            The default 3 (jaxcal's choice, as is ``max_iter``) gave the best held-out MSE of
             the steps tried (0.2 to 3) on sparse 1..5 ratings (Coat; the ``sd1`` / ``sd2``
             simulations at 8% density, ranks 3-10); too large a step oscillates, and the
             iterate kept is the best on validation.
@@ -260,25 +303,23 @@ class MMC:
         >>> z = rng.normal(size=(40, 2)) @ rng.normal(size=(2, 30))
         >>> ratings = np.digitize(z, [-1.0, 0.0, 1.0]) + 1  # ratings 1..4, monotone in z
         >>> data = Interactions.from_dense(np.where(rng.random(z.shape) < 0.5, ratings, 0))
-        >>> model = MMC(rank=2, n_iter=20).fit(data, key=jax.random.key(0))
+        >>> model = MMC(rank=2, max_iter=20).fit(data, key=jax.random.key(0))
         >>> model.predict(np.array([0, 1]), np.array([0, 0])).shape
         (2,)
     """
 
     rank: int = 5
-    n_iter: int = 300
+    max_iter: int = 300
     step: float = 3.0
     validation_fraction: float = 0.1
 
+    fitted_class = MMCModel
+
     def __post_init__(self):
-        _check_int(self.rank, "rank")
-        _check_int(self.n_iter, "n_iter", minimum=0)
-        _check_positive(self.step, "step")
-        _check_positive(self.validation_fraction, "validation_fraction")
-        if not self.validation_fraction < 1:
-            raise ValueError(
-                f"validation_fraction must lie in (0, 1); got {self.validation_fraction!r}."
-            )
+        check_int(self.rank, "rank")
+        check_int(self.max_iter, "max_iter", minimum=0)
+        check_real(self.step, "step", minimum=0.0, strict=True)
+        check_fraction(self.validation_fraction, "validation_fraction")
 
     def fit(
         self, train: Interactions, *, key: ArrayLike, validation: Interactions | None = None
@@ -299,6 +340,16 @@ class MMC:
             ValueError: ``train`` / ``validation`` are not ``Interactions`` of numeric,
                 finite ratings, their sizes differ, ``rank`` exceeds ``min(n_users,
                 n_items)``, or the training or validation part is empty.
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.data import Interactions
+            >>> from jaxcal.recsys import MMC
+            >>> dense = np.random.default_rng(0).integers(0, 6, (20, 15))
+            >>> model = MMC(rank=2, max_iter=5).fit(Interactions.from_dense(dense),
+            ...                                     key=jax.random.key(0))
+            >>> model.validation_mse.shape  # the initial projection and 5 iterations
+            (6,)
         """
         key = check_key(key)
         r_train = _check_ratings(train, "train")
@@ -348,7 +399,7 @@ class MMC:
             np.asarray(m * n / n_obs, dtype),
             np.asarray(self.step, dtype),
             rank=self.rank,
-            n_iter=self.n_iter,
+            max_iter=self.max_iter,
             shape=shape,
         )
         return _model(out, np.asarray(w_train) > 0, m, n, self.rank)

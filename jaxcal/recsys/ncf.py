@@ -13,27 +13,41 @@ probability. Training minimises the binary cross-entropy over each sampled posit
 negative sampling), :math:`\operatorname{softplus}(-\hat x_{ui}) + \sum_j
 \operatorname{softplus}(\hat x_{uj})`, averaged, plus :math:`\tfrac{\lambda}{2}` times the
 squared norms of the gathered embedding rows (the MLP weights are not penalised). No
-pre-training of the branches. ``score`` returns the logit :math:`\hat x_{ui}`.
+pre-training of the branches. ``predict`` returns the logit :math:`\hat x_{ui}`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcal._pytree import pytree_dataclass, static_field
+from jaxcal._validation import check_int
 from jaxcal.recsys._data import sample_non_positive, sample_triples
-from jaxcal.recsys._train import _check_int, check_indices, init_factors
+from jaxcal.recsys._fitted import all_items
+from jaxcal.recsys._train import check_indices, fit_doc, init_factors
 from jaxcal.recsys.bpr import BPRMF
 
 __all__ = ["NCF", "NeuMFModel", "neumf_logits"]
 
 
 def neumf_logits(params: dict, users: jax.Array, items: jax.Array) -> jax.Array:
-    """NeuMF logits of ``(users, items)`` (any broadcastable integer arrays)."""
+    """NeuMF logits of ``(users, items)`` (any broadcastable integer arrays).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.recsys.ncf import neumf_logits
+        >>> params = {"gmf_user": jnp.ones((2, 1)), "gmf_item": jnp.ones((3, 1)),
+        ...           "mlp_user": jnp.ones((2, 1)), "mlp_item": jnp.ones((3, 1)),
+        ...           "weights": [jnp.ones((2, 1))], "biases": [jnp.zeros(1)],
+        ...           "out_w": jnp.ones(2), "out_b": jnp.zeros(())}
+        >>> neumf_logits(params, jnp.array([0]), jnp.array([2])).tolist()  # 1 + relu(2)
+        [3.0]
+    """
     gmf = params["gmf_user"][users] * params["gmf_item"][items]
     shape = jnp.broadcast_shapes(jnp.shape(users), jnp.shape(items))
     mu = jnp.broadcast_to(params["mlp_user"][users], (*shape, params["mlp_user"].shape[-1]))
@@ -46,7 +60,23 @@ def neumf_logits(params: dict, users: jax.Array, items: jax.Array) -> jax.Array:
 
 @pytree_dataclass
 class NeuMFModel:
-    """Fitted NeuMF: ``params`` (embeddings and MLP weights) and the training losses."""
+    """Fitted NeuMF: ``params`` (embeddings and MLP weights) and the training losses.
+
+    Attributes:
+        params: the embeddings of both branches (``gmf_user``, ``gmf_item``, ``mlp_user``,
+            ``mlp_item``), the MLP's ``weights`` and ``biases`` and the output layer
+            (``out_w``, ``out_b``).
+        train_loss: ``[n_steps]`` mini-batch losses.
+        trainer: name of the model that produced it.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jaxcal.recsys import NCF, NeuMFModel
+        >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+        >>> fitted = NCF(rank=4, hidden=(8,), n_steps=20).fit(train, key=jax.random.key(0))
+        >>> isinstance(fitted, NeuMFModel), fitted.n_users, fitted.n_items
+        (True, 30, 40)
+    """
 
     params: dict
     train_loss: jax.Array
@@ -60,15 +90,32 @@ class NeuMFModel:
     def n_items(self) -> int:
         return self.params["gmf_item"].shape[-2]
 
-    def score(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
-        """NeuMF logits for ``(users, items)`` (integer ids, broadcast together)."""
+    def predict(self, users: ArrayLike, items: ArrayLike) -> jax.Array:
+        """NeuMF logits for ``(users, items)`` (integer ids, broadcast together).
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import NCF
+            >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+            >>> fitted = NCF(rank=4, hidden=(8,), n_steps=20).fit(train, key=jax.random.key(0))
+            >>> fitted.predict(np.array([0, 1]), np.array([5, 6])).shape
+            (2,)
+        """
         u, i = check_indices(users, items, self.n_users, self.n_items)
         return neumf_logits(self.params, u, i)
 
-    def score_all(self, users: ArrayLike | None = None) -> jax.Array:
-        """``[n, n_items]`` logits of every item for ``users`` (default: all users)."""
-        u = jnp.arange(self.n_users) if users is None else jnp.asarray(users)
-        return self.score(u[:, None], jnp.arange(self.n_items)[None, :])
+    def predict_all(self, users: ArrayLike | None = None) -> jax.Array:
+        """``[n, n_items]`` logits of every item for ``users`` (default: all users).
+
+        Example:
+            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import NCF
+            >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+            >>> fitted = NCF(rank=4, hidden=(8,), n_steps=20).fit(train, key=jax.random.key(0))
+            >>> fitted.predict_all(np.array([0, 1])).shape
+            (2, 40)
+        """
+        return all_items(self.predict, users, self.n_users, self.n_items)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,58 +123,81 @@ class NCF(BPRMF):
     """NeuMF (He et al. 2017); see the module docstring.
 
     Args:
-        dim: embedding size of each branch (GMF and MLP).
-        hidden: MLP layer widths (the first layer takes ``2 * dim`` inputs).
+        rank: embedding size of each branch (GMF and MLP).
+        hidden: MLP layer widths (the first layer takes ``2 * rank`` inputs).
         n_negatives: negatives per sampled positive.
-        lr, l2, n_steps, batch_size, optimizer, init_scale: as in ``BPRMF``
+        learning_rate, l2, n_steps, batch_size, optimizer, init_scale: as in ``BPRMF``
             (``batch_size`` counts positives; each step sees ``batch_size *
             (1 + n_negatives)`` examples).
 
-    ``sweep`` can vary ``lr``, ``l2`` and ``seed`` for NCF, not ``dim``.
+    ``sweep`` can vary ``learning_rate``, ``l2`` and ``replicate`` for NCF, not ``rank``.
 
     Example:
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import NCF
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = NCF(dim=8, hidden=(16, 8), n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted = NCF(rank=8, hidden=(16, 8), n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted.params["weights"][0].shape  # 2 * rank inputs
+        (16, 16)
     """
 
-    dim: int = 32
+    rank: int = 32
     hidden: tuple[int, ...] = (64, 32)
     n_negatives: int = 4
-    lr: float = 0.001
+    learning_rate: float = 0.001
     batch_size: int = 256
     init_scale: float = 0.01
 
-    SWEEP_DIM = False
+    SWEEP_RANK = False
     SPARSE_SGD = False  # the loss also reads the MLP weights
+    fitted_class = NeuMFModel
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> NeuMFModel:
+        return self._fit(train, key=key, n_users=n_users, n_items=n_items)
+
+    fit.__doc__ = fit_doc(
+        "The fitted :class:`NeuMFModel` (``predict`` gives logits).",
+        """            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import NCF
+            >>> clicks = np.eye(5, 7, dtype=bool) | np.eye(5, 7, k=2, dtype=bool)
+            >>> model = NCF(rank=2, hidden=(4,), n_negatives=1, n_steps=10)
+            >>> len(model.fit(clicks, key=jax.random.key(1)).train_loss)  # one loss per step
+            10""",
+    )
 
     def _validate(self) -> None:
         self._validate_common()
-        _check_int(self.n_negatives, "n_negatives")
+        check_int(self.n_negatives, "n_negatives")
         if not isinstance(self.hidden, tuple) or not self.hidden:
             raise ValueError(f"hidden must be a non-empty tuple of widths; got {self.hidden!r}.")
         for width in self.hidden:
-            _check_int(width, "hidden width")
+            check_int(width, "hidden width")
 
-    def _init(self, key, aux, hp, max_dim):
+    def _init(self, key, aux, hp, max_rank):
         sizes = aux["sizes"]
         keys = jax.random.split(key, 5 + len(self.hidden))
-        dim = self.dim
+        rank = self.rank
         params = {
-            "gmf_user": init_factors(keys[0], sizes.n_users, dim, self.init_scale, dim),
-            "gmf_item": init_factors(keys[1], sizes.n_items, dim, self.init_scale, dim),
-            "mlp_user": init_factors(keys[2], sizes.n_users, dim, self.init_scale, dim),
-            "mlp_item": init_factors(keys[3], sizes.n_items, dim, self.init_scale, dim),
+            "gmf_user": init_factors(keys[0], sizes.n_users, rank, self.init_scale, rank),
+            "gmf_item": init_factors(keys[1], sizes.n_items, rank, self.init_scale, rank),
+            "mlp_user": init_factors(keys[2], sizes.n_users, rank, self.init_scale, rank),
+            "mlp_item": init_factors(keys[3], sizes.n_items, rank, self.init_scale, rank),
         }
         glorot = jax.nn.initializers.glorot_uniform()
         dtype = params["gmf_user"].dtype
-        widths = (2 * dim, *self.hidden)
+        widths = (2 * rank, *self.hidden)
         params["weights"] = [
             glorot(keys[5 + n], (widths[n], widths[n + 1]), dtype) for n in range(len(self.hidden))
         ]
         params["biases"] = [jnp.zeros(w, dtype) for w in self.hidden]
-        params["out_w"] = glorot(keys[4], (dim + self.hidden[-1], 1), dtype)[:, 0]
+        params["out_w"] = glorot(keys[4], (rank + self.hidden[-1], 1), dtype)[:, 0]
         params["out_b"] = jnp.zeros((), dtype)
         return params
 

@@ -30,6 +30,8 @@ from jax.typing import ArrayLike
 from jaxcal.data.triples import Interactions
 from jaxcal.debias.propensity import popularity_propensity
 from jaxcal.recsys._data import is_positive
+from jaxcal.recsys._fitted import FactorModel
+from jaxcal.recsys._train import fit_doc
 from jaxcal.recsys.bpr import BPRMF, bpr_loss
 
 __all__ = ["UBPR"]
@@ -48,14 +50,39 @@ class UBPR(BPRMF):
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import UBPR
         >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
-        >>> fitted = UBPR(dim=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted = UBPR(rank=8, n_steps=100).fit(train, key=jax.random.key(0))
+        >>> fitted.predict_all().shape
+        (30, 40)
     """
 
     NEGATIVES = "all"
 
-    def fit(self, train: Any, *, key: jax.Array, propensity: ArrayLike | None = None, **kw):
-        """Fit; ``propensity`` as in the class docstring (see ``BPRMF.fit`` for the rest)."""
-        return super().fit(train, key=key, propensity=propensity, **kw)
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        propensity: ArrayLike | None = None,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> FactorModel:
+        return self._fit(train, key=key, n_users=n_users, n_items=n_items, propensity=propensity)
+
+    fit.__doc__ = fit_doc(
+        "The fitted :class:`FactorModel`.",
+        """            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import UBPR
+            >>> train = np.random.default_rng(0).random((30, 40)) < 0.2
+            >>> omega = np.linspace(0.2, 1.0, 40)  # item propensities
+            >>> fitted = UBPR(rank=4, n_steps=20).fit(train, key=jax.random.key(0),
+            ...                                       propensity=omega)
+            >>> fitted.trainer
+            'UBPR'""",
+        """            propensity: ``[n_items]`` item propensities or a ``[n_users, n_items]``
+                matrix, all in (0, 1]; default
+                ``jaxcal.debias.popularity_propensity(train)``.
+""",
+    )
 
     def _prepare(self, data: Interactions, propensity: ArrayLike | None = None) -> dict:
         aux = super()._prepare(data)

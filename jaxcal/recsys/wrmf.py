@@ -20,7 +20,7 @@ sweep (it is non-increasing: each half-step is an exact minimisation).
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ from jaxcal import _shapes
 from jaxcal.data.triples import Interactions
 from jaxcal.recsys._data import Sizes
 from jaxcal.recsys._fitted import FactorModel
-from jaxcal.recsys._train import Ranker, _check_settings, init_factors
+from jaxcal.recsys._train import Ranker, _check_settings, fit_doc, init_factors
 
 __all__ = ["WRMF", "als_half_step", "wrmf_objective"]
 
@@ -113,32 +113,54 @@ class WRMF(Ranker):
     """WR-MF by ALS (Hu et al. 2008); see the module docstring.
 
     Args:
-        dim: number of factors.
+        rank: number of factors.
         l2: regularisation :math:`\\lambda` (> 0).
         alpha: confidence slope :math:`\\alpha` in :math:`c = 1 + \\alpha r` (>= 0).
-        n_iters: ALS sweeps (each solves users, then items).
+        n_steps: ALS sweeps (each solves users, then items), all run: there is no stopping
+            rule.
         init_scale: standard deviation of the initial item factors.
 
     Example:
         >>> import jax, numpy as np
         >>> from jaxcal.recsys import WRMF
         >>> counts = np.random.default_rng(0).poisson(0.3, (30, 40))  # interaction counts r
-        >>> fitted = WRMF(dim=8, n_iters=5).fit(counts, key=jax.random.key(0))
+        >>> fitted = WRMF(rank=8, n_steps=5).fit(counts, key=jax.random.key(0))
         >>> fitted.train_loss.shape  # the objective after each sweep
         (5,)
     """
 
-    dim: int = 64
+    rank: int = 64
     l2: float = 0.1
     alpha: float = 10.0
-    n_iters: int = 15
+    n_steps: int = 15
     init_scale: float = 0.01
 
     ARRAY_HPARAMS = ("l2", "alpha")
+    fitted_class = FactorModel
+
+    def fit(
+        self,
+        train: Any,
+        *,
+        key: jax.Array,
+        n_users: int | None = None,
+        n_items: int | None = None,
+    ) -> FactorModel:
+        return self._fit(train, key=key, n_users=n_users, n_items=n_items)
+
+    fit.__doc__ = fit_doc(
+        "The fitted :class:`FactorModel` (``train_loss``: the objective after each sweep).",
+        """            >>> import jax, numpy as np
+            >>> from jaxcal.recsys import WRMF
+            >>> plays = np.array([[3, 0, 1], [0, 2, 0]])  # play counts: confidences 1 + alpha r
+            >>> loss = WRMF(rank=2, n_steps=4, alpha=5.0).fit(plays, key=jax.random.key(0))
+            >>> bool(np.all(np.diff(np.asarray(loss.train_loss)) <= 1e-5))  # never increases
+            True""",
+    )
 
     def _validate(self) -> None:
         _check_settings(
-            self, ints=("dim", "n_iters"), positive=("l2", "init_scale"), non_negative=("alpha",)
+            self, ints=("rank", "n_steps"), positive=("l2", "init_scale"), non_negative=("alpha",)
         )
 
     def _prepare(self, data: Interactions) -> dict:
@@ -149,10 +171,10 @@ class WRMF(Ranker):
             "sizes": Sizes(data.n_users, data.n_items),
         }
 
-    def _fit_core(self, aux, hp, key, max_dim):
+    def _fit_core(self, aux, hp, key, max_rank):
         sizes = aux["sizes"]
-        y = init_factors(key, sizes.n_items, max_dim, self.init_scale, hp["dim"])
-        x = jnp.zeros((sizes.n_users, max_dim), y.dtype)
+        y = init_factors(key, sizes.n_items, max_rank, self.init_scale, hp["rank"])
+        x = jnp.zeros((sizes.n_users, max_rank), y.dtype)
         l2, alpha = hp["l2"], hp["alpha"]
 
         def sweep(carry, _):
@@ -162,5 +184,5 @@ class WRMF(Ranker):
             users, items, values, valid = aux["pairs"]
             return (x, y), wrmf_objective(x, y, users, items, values, l2, alpha, valid)
 
-        (x, y), objective = jax.lax.scan(sweep, (x, y), None, length=self.n_iters)
+        (x, y), objective = jax.lax.scan(sweep, (x, y), None, length=self.n_steps)
         return FactorModel(x, y, objective, trainer="WRMF")

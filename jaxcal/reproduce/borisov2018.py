@@ -61,7 +61,20 @@ CLIP = 1e-6  # a model can assign probability 0 to an observed event (CM-like li
 
 
 def tiangong_logs(data_dir: Path) -> tuple[Sessions, Sessions, Sessions]:
-    """``(train, dev, test)`` from the TianGong-ST demo folder."""
+    """``(train, dev, test)`` from the TianGong-ST demo folder (``tiangong-st-demo`` in
+    ``data_dir``: its ``train``, ``valid`` and ``test`` files).
+
+    Example:
+        >>> from pathlib import Path
+        >>> from jaxcal.reproduce.borisov2018 import tiangong_logs
+        >>> folder = Path("data/tiangong-st-demo")
+        >>> folder.mkdir(parents=True, exist_ok=True)
+        >>> line = "1\\t5\\t[1, 2]\\t[0, 0]\\t[1, 0]\\n"  # one SERP, a click at rank 1
+        >>> for part in ("train", "valid", "test"):
+        ...     _ = (folder / f"{part}_per_query_quid.txt").write_text(line)
+        >>> [log.n_sessions for log in tiangong_logs(Path("data"))]
+        [1, 1, 1]
+    """
     d = Path(data_dir) / "tiangong-st-demo"
     return tuple(read_tiangong(d / f"{s}_per_query_quid.txt") for s in ("train", "valid", "test"))
 
@@ -79,7 +92,14 @@ def simulated_logs(
         serp_variants: fixed SERPs per query (:func:`jaxcal.clicks.simulate`: variant ``v``
             shown with probability proportional to ``2^-v``); ``None`` draws a fresh random
             ordering per session (no two sessions alike, no deduplication gain).
-        seed: random seed.
+        seed: random seed (the study's command line takes an integer; it becomes
+            ``jax.random.key(seed)`` here).
+
+    Example:
+        >>> from jaxcal.reproduce.borisov2018 import simulated_logs
+        >>> train, dev, test = simulated_logs(1000, n_queries=50)
+        >>> train.n_sessions, dev.n_sessions, test.n_sessions
+        (1000, 100, 100)
     """
     if n_queries is None:
         n_queries = max(2000, n_train // 100)
@@ -111,9 +131,25 @@ def run_study(
 ) -> dict[str, Any]:
     """Run the protocol on one ``(train, dev, test)`` triple.
 
+    Args:
+        logs: the ``(train, dev, test)`` logs.
+        models: click model names (``jaxcal.clicks.MODELS``).
+        priors: the Beta priors ``(a, b)`` to train with.
+        max_iter: EM iterations at most.
+        name: the logs' name, in progress lines and figure files.
+        out: a folder for the reliability diagrams (PNG; needs matplotlib), or ``None``.
+        quiet: no progress lines.
+
     Returns:
         ``{model: {"marginal": [[row1, row2, row3] per prior], "conditional": ...,
         "priors": ...}}`` of test perplexities, plus ``"seconds"``.
+
+    Example:
+        >>> from jaxcal.reproduce.borisov2018 import run_study, simulated_logs
+        >>> logs = simulated_logs(1000, n_queries=50)
+        >>> res = run_study(logs, models=("DCM",), priors=((1, 2), (1, 5)), quiet=True)
+        >>> len(res["DCM"]["marginal"]), len(res["DCM"]["marginal"][0])  # priors x rows
+        (2, 3)
     """
     t0 = time.perf_counter()
     train, dev, test = (s.deduplicate() for s in logs)
@@ -169,7 +205,15 @@ def run_study(
 
 
 def summarise(results: dict[str, Any], *, kind: str = "marginal") -> dict[str, Any]:
-    """Tables 1-3: mean over priors, 100 x variance, variance relative to row 1."""
+    """Tables 1-3: mean over priors, 100 x variance, variance relative to row 1.
+
+    Example:
+        >>> from jaxcal.reproduce.borisov2018 import summarise
+        >>> results = {"DBN": {"marginal": [[1.4, 1.4, 1.3], [1.6, 1.5, 1.3]]}, "seconds": 1.0}
+        >>> table = summarise(results)
+        >>> [round(v, 6) for v in table["DBN"]["mean"]], table["DBN"]["var_rel"][2]
+        ([1.5, 1.45, 1.3], 0.0)
+    """
     table: dict[str, Any] = {}
     for m, r in results.items():
         if not isinstance(r, dict) or kind not in r:  # "seconds", "unique_rows"
@@ -186,7 +230,14 @@ def summarise(results: dict[str, Any], *, kind: str = "marginal") -> dict[str, A
 
 
 def markdown(table: dict[str, Any], title: str) -> str:
-    """The three tables as markdown."""
+    """The three tables as markdown.
+
+    Example:
+        >>> from jaxcal.reproduce.borisov2018 import markdown, summarise
+        >>> table = summarise({"DBN": {"marginal": [[1.4, 1.4, 1.3], [1.6, 1.5, 1.3]]}})
+        >>> print(markdown(table, "sim").splitlines()[6])
+        | 1 | Baseline w/o dev set | 1.5000 |
+    """
     models = list(table)
     lines = [f"### {title}", ""]
     for key, head, fmt in (
@@ -204,7 +255,17 @@ def markdown(table: dict[str, Any], title: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """CLI options of ``jaxcal reproduce borisov2018``."""
+    """CLI options of ``jaxcal reproduce borisov2018``.
+
+    Example:
+        >>> import argparse
+        >>> from jaxcal.reproduce.borisov2018 import add_arguments
+        >>> parser = argparse.ArgumentParser()
+        >>> add_arguments(parser)
+        >>> args = parser.parse_args(["--quick", "--models", "DCM"])
+        >>> args.quick, args.models, args.sim_sessions
+        (True, 'DCM', 20000)
+    """
     parser.add_argument("--out", type=Path, default=Path("results/borisov2018"))
     parser.add_argument("--data-dir", type=Path, default=None, help="default: shared data")
     parser.add_argument(
@@ -230,7 +291,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the study; write results.json, tables.md and reliability PNGs to ``args.out``."""
+    """Run the study; write results.json, tables.md and reliability PNGs to ``args.out``.
+
+    Example:
+        >>> import argparse, contextlib, io, json
+        >>> from jaxcal.reproduce.borisov2018 import add_arguments, run
+        >>> parser = argparse.ArgumentParser()
+        >>> add_arguments(parser)
+        >>> args = parser.parse_args(["--out", "borisov", "--skip-tiangong", "--sim-sessions",
+        ...                           "1000", "--sim-queries", "50", "--models", "DCM",
+        ...                           "--quick", "--quiet"])
+        >>> with contextlib.redirect_stdout(io.StringIO()):  # the tables, also in tables.md
+        ...     code = run(args)
+        >>> with open("borisov/results.json") as f:
+        ...     report = json.load(f)
+        >>> code, sorted(report["logs"])
+        (0, ['simulated'])
+    """
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     models = tuple(m.strip().upper() for m in args.models.split(",") if m.strip())

@@ -22,6 +22,9 @@ observation propensities, every CMTRF model is also fitted with inverse propensi
 weighted by ``1 / p``). Reported: test MSE (the poster's metric), MAE and the mean per-user
 Kendall tau-b, with the poster's published MSEs beside ours for the synthetic sets.
 
+The study's integer ``seed`` (``--seed``) becomes the JAX key ``jax.random.key(seed)`` of the
+data simulation, the split and the fits (:func:`load_split`, :func:`run_study`).
+
 Run with ``jaxcal reproduce hiranandani2019 --dataset sd2 --out results/hiranandani2019``.
 Writes ``<dataset>/table.md`` (+ ``.csv``), ``<dataset>/results.json`` and
 ``<dataset>/transforms.png`` (the learned K-C transforms against the truth, when known) and
@@ -49,7 +52,7 @@ from jaxcal.data import (
 )
 from jaxcal.metrics import kendall_tau_per_user, rating_mae, rating_mse
 from jaxcal.plot.ratings import normalised_transforms, rating_transforms
-from jaxcal.recsys import CMTRF, MMC
+from jaxcal.recsys import CMTRF, MMC, Search
 from jaxcal.reproduce._tables import write_table
 
 __all__ = [
@@ -63,6 +66,7 @@ __all__ = [
     "models",
     "run",
     "run_study",
+    "search",
 ]
 
 DATASETS = ("sd1", "sd2", "coat", "ml100k")
@@ -113,33 +117,50 @@ def load_split(
     name: str, *, seed: int = 0, data_dir: Path | None = None, simulation: dict | None = None
 ) -> Split:
     """The train / validation / test split of data set ``name`` (see the module docstring);
-    ``simulation`` overrides :data:`SIMULATION` for the simulated sets.
+    ``simulation`` overrides :data:`SIMULATION` for the simulated sets; ``seed`` gives the
+    key ``jax.random.key(seed)`` of both the simulation and the split (the data of the
+    published tables).
 
     Raises:
         ValueError: an unknown data set name.
+
+    Example:
+        >>> from jaxcal.reproduce.hiranandani2019 import load_split
+        >>> split = load_split("sd1", simulation={"n_users": 40, "n_items": 30})
+        >>> split.train.n_users, split.truth.shape  # sd1: one segment, one true transform
+        (40, (1, 5))
     """
+    key = jax.random.key(seed)
     if name in ("sd1", "sd2"):
-        sim = simulate_ratings(name, **{**SIMULATION, **(simulation or {})}, seed=seed)
-        train, validation, test = split_ratings(sim.ratings, validation=0.1, test=0.2, seed=seed)
+        sim = simulate_ratings(name, **{**SIMULATION, **(simulation or {})}, key=key)
+        train, validation, test = split_ratings(sim.ratings, validation=0.1, test=0.2, key=key)
         truth = level_means(sim.scores, sim.ratings, sim.segment)
         return Split(train, validation, test, np.asarray(sim.segment), truth)
     if name == "coat":
         coat = load_coat(None if data_dir is None else data_dir / "coat")
         train, validation, _ = split_ratings(
-            Interactions.from_dense(coat.train), validation=0.1, test=0.0, seed=seed
+            Interactions.from_dense(coat.train), validation=0.1, test=0.0, key=key
         )
         test = Interactions.from_dense(coat.test)
         return Split(train, validation, test, None, None, np.asarray(coat.propensities))
     if name == "ml100k":
         ml = load_movielens(None if data_dir is None else data_dir / "ml-100k")
-        train, validation, test = split_ratings(ml.ratings, validation=0.1, test=0.2, seed=seed)
+        train, validation, test = split_ratings(ml.ratings, validation=0.1, test=0.2, key=key)
         return Split(train, validation, test, None, None)
     raise ValueError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}.")
 
 
-def models(*, rank: int, grid: tuple[float, ...], n_clusters: int, n_sweeps: int) -> dict[str, Any]:
-    """The compared models, by the poster's names (all over the same ``grid``)."""
-    common = dict(rank=rank, l2_user=grid, l2_item=grid, n_sweeps=n_sweeps)
+def models(*, rank: int, n_clusters: int, max_iter: int) -> dict[str, Any]:
+    """The compared models, by the poster's names (the CMTRF models are searched over the
+    penalty grid of :func:`search`).
+
+    Example:
+        >>> from jaxcal.reproduce.hiranandani2019 import models
+        >>> chosen = models(rank=5, n_clusters=3, max_iter=20)
+        >>> chosen["K-C"].transform, chosen["K-C"].n_clusters, chosen["MMC"].rank
+        ('clustered', 3, 5)
+    """
+    common = dict(rank=rank, max_iter=max_iter)
     return {
         "MF": CMTRF(transform="none", **common),
         "MF + biases": CMTRF(transform="none", biases=True, **common),
@@ -148,8 +169,21 @@ def models(*, rank: int, grid: tuple[float, ...], n_clusters: int, n_sweeps: int
         "N-C": CMTRF(transform="per_user", **common),
         "K-C": CMTRF(transform="clustered", n_clusters=n_clusters, **common),
         "N-C (unanchored)": CMTRF(transform="per_user", anchor=False, **common),
-        "K-C I-div": CMTRF(transform="clustered", n_clusters=n_clusters, loss="poisson", **common),
+        "K-C I-div": CMTRF(
+            transform="clustered", n_clusters=n_clusters, objective="poisson", **common
+        ),
     }
+
+
+def search(grid: tuple[float, ...]) -> Search:
+    """The search of every CMTRF model: ``grid`` for both penalties, one random start each.
+
+    Example:
+        >>> from jaxcal.reproduce.hiranandani2019 import search
+        >>> search((0.1, 1.0)).l2_user
+        (0.1, 1.0)
+    """
+    return Search(l2_user=grid, l2_item=grid)
 
 
 def _match_clusters(group: np.ndarray, segment: np.ndarray, n_groups: int) -> np.ndarray:
@@ -166,16 +200,25 @@ def run_study(
     rank: int = 10,
     grid: tuple[float, ...] = DEFAULT_GRID,
     n_clusters: int = 3,
-    n_sweeps: int = 50,
+    max_iter: int = 50,
     seed: int = 0,
     only: tuple[str, ...] | None = None,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    """Fit every model on ``split`` and measure it on the test ratings.
+    """Fit every model on ``split`` and measure it on the test ratings (every fit with the
+    key ``jax.random.key(seed)``; the CMTRF models over ``grid`` x ``grid`` penalties, at
+    most ``max_iter`` ALS sweeps).
 
     Returns:
         ``{"rows": {model: {mse, mae, kendall_tau, l2_user, l2_item, seconds}}, "fitted":
         {model: fitted model}, "predictions": {model: test predictions}}``.
+
+    Example:
+        >>> from jaxcal.reproduce.hiranandani2019 import load_split, run_study
+        >>> split = load_split("sd1", simulation={"n_users": 40, "n_items": 30})
+        >>> study = run_study(split, rank=2, grid=(1.0,), max_iter=3, only=("MF",), quiet=True)
+        >>> sorted(study["rows"]["MF"])
+        ['kendall_tau', 'l2_item', 'l2_user', 'mae', 'mse', 'seconds']
     """
     test = split.test
     rows: dict[str, dict[str, float]] = {}
@@ -184,6 +227,8 @@ def run_study(
     key = jax.random.key(seed)
 
     def measure(name: str, model: Any, **fit_args: Any) -> None:
+        if isinstance(model, CMTRF):
+            fit_args["search"] = search(grid)
         start = time.perf_counter()
         fit = model.fit(split.train, key=key, validation=split.validation, **fit_args)
         pred = jax.block_until_ready(fit.predict(test.user, test.item))
@@ -205,7 +250,7 @@ def run_study(
             quiet=quiet,
         )
 
-    chosen = models(rank=rank, grid=grid, n_clusters=n_clusters, n_sweeps=n_sweeps)
+    chosen = models(rank=rank, n_clusters=n_clusters, max_iter=max_iter)
     for name, model in chosen.items():
         if only is None or name in only:
             measure(name, model)
@@ -243,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) / args.dataset
     grid = DEFAULT_GRID[::4] if args.quick else DEFAULT_GRID
     sweeps = min(args.sweeps, 10) if args.quick else args.sweeps
-    names = tuple(models(rank=1, grid=(1.0,), n_clusters=1, n_sweeps=1))
+    names = tuple(models(rank=1, n_clusters=1, max_iter=1))
     only = (
         DEFAULT_MODELS if args.models is None else tuple(m.strip() for m in args.models.split(","))
     )
@@ -259,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         rank=args.rank,
         grid=grid,
         n_clusters=args.clusters,
-        n_sweeps=sweeps,
+        max_iter=sweeps,
         seed=args.seed,
         only=only,
         quiet=args.quiet,
@@ -285,10 +330,10 @@ def run(args: argparse.Namespace) -> int:
               "rows": rows, "published": published}  # fmt: skip
     k_c = fitted.get("K-C")
     if k_c is not None:
-        z = np.asarray(k_c.transforms)
+        z = np.asarray(k_c.transforms)[0]  # its only member
         truth = split.truth
         if truth is not None and split.segment is not None:
-            order = _match_clusters(np.asarray(k_c.group), split.segment, z.shape[0])
+            order = _match_clusters(np.asarray(k_c.group)[0], split.segment, z.shape[0])
             report["truth"] = truth.tolist()
             z = z[order]
             gap = np.abs(normalised_transforms(z) - normalised_transforms(truth)).max(axis=1)
@@ -303,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         else:
             rating_transforms(z, out / "transforms.png", title=f"K-C transforms, {args.dataset}")
-        report["transforms"] = np.asarray(k_c.transforms).tolist()
+        report["transforms"] = np.asarray(k_c.transforms)[0].tolist()
     (out / "results.json").write_text(json.dumps(report, indent=1))
     test = split.test
     np.savez(

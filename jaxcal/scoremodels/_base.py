@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -32,15 +33,15 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcal import _shapes
-from jaxcal._fitdata import poison, prepare_fit_pure
+from jaxcal._fitdata import fit_dtype, poison, prepare_fit_pure
 from jaxcal._jit import jit
 from jaxcal._lazy import lazy_method
 from jaxcal._pytree import join_hyperparameters, split_hyperparameters
 from jaxcal._serialization import register_serializable
-from jaxcal._validation import check_fit_inputs
+from jaxcal._validation import check_fit_inputs, check_int, check_real
 from jaxcal.scoremodels._sites import observe_labels
 
-__all__ = ["ScoreModel", "class_prior", "logit_prior", "weighted_moments"]
+__all__ = ["ParamsT", "ScoreModel", "class_prior", "logit_prior", "weighted_moments"]
 
 _STATUS_FIELDS = ("n_iter", "converged")  # fit diagnostics in some params classes, not draws
 
@@ -68,8 +69,15 @@ def _fit_jit(static, values, scores, w1, w0):
     return join_hyperparameters(static, values).fit_weighted(scores, w1, w0)
 
 
-class ScoreModel:
-    """Base class: eager validated ``fit`` on top of a pure ``fit_weighted``.
+#: the fitted-parameters type of a score model (``GaussianParams`` for
+#: ``GaussianScoreModel``, ...)
+ParamsT = TypeVar("ParamsT")
+
+
+class ScoreModel(Generic[ParamsT]):
+    """Base class: eager validated ``fit`` on top of a pure ``fit_weighted``, generic in the
+    parameters type that ``fit`` returns (``GaussianScoreModel`` is a
+    ``ScoreModel[GaussianParams]``; the type is also its ``fitted_class``).
 
     Subclasses (frozen dataclasses holding the prior hyperparameters) implement
     ``fit_weighted(scores, w1, w0) -> params`` (pure, jit/vmap-able),
@@ -78,16 +86,48 @@ class ScoreModel:
     monotone by parameterisation where the family allows it) and
     ``class_log_density(params, scores, labels) -> [n]``; for :meth:`model`
     ``_observe_scores`` (its priors and the scores given the labels).
+
+    The hyperparameters are checked when the model is made: real-valued fields (prior
+    scales, EM's ``tol`` and sd floor) are finite and positive (``tol`` may be 0), integer
+    fields (``n_components``, ``max_iter``) at least 1; else a ``ValueError`` naming the
+    field.
+
+    Example:
+        >>> from jaxcal.scoremodels import GaussianScoreModel
+        >>> from jaxcal.scoremodels._base import ScoreModel
+        >>> isinstance(GaussianScoreModel(), ScoreModel), GaussianScoreModel.fitted_class
+        (True, <class 'jaxcal.scoremodels.gaussian.GaussianParams'>)
+        >>> GaussianScoreModel(loc_scale=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: loc_scale must be a finite number and > 0; got -1.0.
     """
 
     support: str = "real"  # "real" or "positive" (scores must be > 0) or "nonnegative"
-    params_class: type  # the fitted-parameters pytree class of the family
+    #: the fitted-parameters pytree class of the family (what ``fit`` returns)
+    fitted_class: ClassVar[type]
     #: whether ``fit_bayes(monotone=True)`` is available (a monotone parameterisation)
     monotone_parameterisation: bool = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         register_serializable(cls)  # a posterior stores its score model: savable, no pickle
+
+    def __post_init__(self) -> None:
+        self._check_hyperparameters()
+
+    def _check_hyperparameters(self) -> None:
+        """``ValueError`` naming the first invalid hyperparameter (class docstring). Blank
+        (``None``) and traced values are the halves of ``split_hyperparameters`` /
+        ``join_hyperparameters`` (``jaxcal._pytree``) of a model already checked."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or _shapes.is_traced(value):
+                continue
+            if f.type in ("float", float):
+                check_real(value, f.name, minimum=0.0, strict=f.name != "tol")
+            elif f.type in ("int", int):
+                check_int(value, f.name, minimum=1)
 
     def _check_support(self, s: np.ndarray) -> None:
         name = type(self).__name__
@@ -101,7 +141,9 @@ class ScoreModel:
                 f"{name} needs non-negative scores; got min {s.min():.6g}. Shift them first."
             )
 
-    def fit(self, scores: ArrayLike, labels: ArrayLike, *, sample_weight: ArrayLike | None = None):
+    def fit(
+        self, scores: ArrayLike, labels: ArrayLike, *, sample_weight: ArrayLike | None = None
+    ) -> ParamsT:
         """Weighted maximum-likelihood fit of the class-conditional densities and prior.
 
         Args:
@@ -110,16 +152,27 @@ class ScoreModel:
             sample_weight: optional ``[n]`` non-negative weights.
 
         Returns:
-            The fitted parameters (a pytree dataclass, savable with ``save``).
+            The fitted parameters, of the model's ``fitted_class`` (a pytree dataclass,
+            savable with ``save``), whose float leaves have the dtype of ``scores``
+            (float32 scores give float32 parameters, also with x64 enabled:
+            :func:`~jaxcal.calibrators._scaling.fit_dtype`).
 
         Raises:
             ValueError: on invalid inputs or scores outside the support.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxcal.scoremodels import GaussianScoreModel
+            >>> s = np.array([0.1, 0.5, 1.2, 2.0], np.float32)
+            >>> params = GaussianScoreModel().fit(s, np.array([0, 0, 1, 1]))
+            >>> round(float(params.mu1), 4), params.mu1.dtype
+            (1.6, dtype('float32'))
         """
         if _shapes.is_traced(scores, labels, sample_weight):
             return self._fit_pure(scores, labels, sample_weight)
+        dtype = fit_dtype(scores)
         s, y, w = check_fit_inputs(scores, labels, sample_weight)
         self._check_support(s)
-        dtype = jax.dtypes.canonicalize_dtype(np.float64)
         # shape policy: padded with copies of a valid score carrying zero class weights
         size = _shapes.padded_size(s.shape[0])
         s, w1, w0 = _shapes.pad_rows(size, s, w * y, w * (1.0 - y), fills=(s[0], 0.0, 0.0))
@@ -180,19 +233,19 @@ class ScoreModel:
 
     def draw_names(self) -> tuple[str, ...]:
         """Names of the parameters in a posterior's ``draws`` (the params-class fields)."""
-        names = [f.name for f in dataclasses.fields(self.params_class)]
+        names = [f.name for f in dataclasses.fields(self.fitted_class)]
         return tuple(n for n in names if n not in _STATUS_FIELDS)
 
-    def params_from_draws(self, draws: dict) -> object:
+    def params_from_draws(self, draws: dict) -> ParamsT:
         """The params pytree of (any leading shape of) draws; status fields filled in."""
         lead = jnp.shape(draws["pi1"])
         extra = {}
-        for f in dataclasses.fields(self.params_class):
+        for f in dataclasses.fields(self.fitted_class):
             if f.name == "n_iter":
                 extra[f.name] = jnp.zeros(lead, jnp.int32)
             elif f.name == "converged":
                 extra[f.name] = jnp.ones(lead, bool)
-        return self.params_class(**{n: draws[n] for n in self.draw_names()}, **extra)
+        return self.fitted_class(**{n: draws[n] for n in self.draw_names()}, **extra)
 
     #: :func:`jaxcal.bayes.scoremodel.fit_scoremodel_bayes` with this score model: a posterior
     #: over the class prior and class-conditional parameters (NUTS or SVI), returned as a

@@ -9,6 +9,7 @@ Posterior logit: Platt's form :math:`a s + b` with :math:`a = \lambda_0 - \lambd
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,16 @@ __all__ = ["ExponentialParams", "ExponentialScoreModel"]
 
 @pytree_dataclass
 class ExponentialParams:
-    """Class-conditional exponential rates ``rate_k`` and prior ``pi1``."""
+    """Class-conditional exponential rates ``rate_k`` and prior ``pi1``.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import ExponentialParams, ExponentialScoreModel
+        >>> params = ExponentialScoreModel().fit(s, y)
+        >>> isinstance(params, ExponentialParams), round(float(params.rate1), 4)  # 3 / 4.9
+        (True, 0.6122)
+    """
 
     rate0: jax.Array
     rate1: jax.Array
@@ -35,16 +45,28 @@ class ExponentialParams:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ExponentialScoreModel(ScoreModel):
+class ExponentialScoreModel(ScoreModel[ExponentialParams]):
     """Exponential scores per class; scores must be >= 0.
 
     Prior of :meth:`model`: :math:`\\lambda_k \\sim \\text{LogNormal}(0, \\text{rate\\_scale})`,
     :math:`\\pi_1 \\sim \\text{Beta}(1, 1)`.
+
+    Args:
+        rate_scale: prior scale of the log rates (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import ExponentialScoreModel
+        >>> model = ExponentialScoreModel()
+        >>> params = model.fit(s, y)
+        >>> model.predict(params, [0.5, 2.0]).round(2).tolist()
+        [0.39, 0.73]
     """
 
     rate_scale: float = 3.0
     support = "nonnegative"
-    params_class = ExponentialParams
+    fitted_class: ClassVar[type[ExponentialParams]] = ExponentialParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``scores | y ~ Exponential(rate_y)``, ``rate`` per class."""

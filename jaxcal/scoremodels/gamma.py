@@ -16,6 +16,7 @@ Minka's closed-form start, with digamma/trigamma; quadratically convergent.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,14 @@ class GammaParams:
     """Class-conditional Gamma shapes ``alpha_k``, rates ``beta_k`` and prior ``pi1``.
 
     ``n_iter`` / ``converged`` report the shape Newton iterations (max over the classes).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import GammaParams, GammaScoreModel
+        >>> params = GammaScoreModel().fit(s, y)
+        >>> isinstance(params, GammaParams), round(float(params.alpha0), 3)
+        (True, 2.445)
     """
 
     alpha0: jax.Array
@@ -56,7 +65,29 @@ def gamma_mle(x: jax.Array, w: jax.Array, *, max_iter: int = 50, tol: float = 1e
     Differentiable (``jvp`` and ``grad``) in ``x`` and ``w``: the shape solves
     :math:`\log\alpha - \psi(\alpha) = s` (:math:`s = \log\bar x - \overline{\log x}`)
     by Newton iterations on constant inputs, and carries the implicit derivative
-    :math:`\dot\alpha = \dot s / (1/\alpha - \psi'(\alpha))`, never the iterations'."""
+    :math:`\dot\alpha = \dot s / (1/\alpha - \psi'(\alpha))`, never the iterations'.
+
+    Args:
+        x: ``[n]`` positive values.
+        w: ``[n]`` non-negative weights.
+        max_iter: cap on the Newton iterations.
+        tol: stop when an iteration changes the shape by at most ``tol`` (relative), or
+            when a step no longer shrinks while within the square root of the dtype's
+            epsilon (Newton's steps are rounding noise there: in float32, the profile
+            equation ``log a - digamma(a)`` cancels to a few digits at large shapes).
+
+    Returns:
+        ``(alpha, beta, n_iter, converged)``: shape, rate, iterations done, and whether the
+        last change was within ``tol``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.scoremodels import gamma_mle
+        >>> x = jnp.array([0.5, 1.0, 2.0, 4.0])
+        >>> alpha, beta, n_iter, converged = gamma_mle(x, jnp.ones(4))
+        >>> round(float(alpha), 3), round(float(alpha / beta), 4)  # the mean is alpha / beta
+        (1.923, 1.875)
+    """
     total = jnp.sum(w)
     mean = jnp.sum(w * x) / total
     mean_log = jnp.sum(w * jnp.log(x)) / total
@@ -70,34 +101,59 @@ def gamma_mle(x: jax.Array, w: jax.Array, *, max_iter: int = 50, tol: float = 1e
         inv = 1.0 / alpha + f / (alpha**2 * df)  # Newton on 1/alpha (Minka)
         return 1.0 / inv
 
+    noise = jnp.sqrt(jnp.finfo(x.dtype).eps)
+
+    def done(alpha, prev, last):
+        change = jnp.abs(alpha - prev)
+        stalled = (change >= last) & (change <= noise * alpha)  # rounding noise
+        return (change <= tol * alpha) | stalled
+
     def cond(state):
-        alpha, prev, it = state
-        return (jnp.abs(alpha - prev) > tol * alpha) & (it < max_iter)
+        alpha, prev, last, it = state
+        return ~done(alpha, prev, last) & (it < max_iter)
 
     def body(state):
-        alpha, _, it = state
-        return step(alpha), alpha, it + 1
+        alpha, prev, _, it = state
+        return step(alpha), alpha, jnp.abs(alpha - prev), it + 1
 
-    alpha, prev, it = jax.lax.while_loop(cond, body, (step(alpha0), alpha0, jnp.int32(1)))
-    converged = jnp.abs(alpha - prev) <= tol * alpha
+    inf = jnp.asarray(jnp.inf, alpha0.dtype)
+    alpha, prev, last, it = jax.lax.while_loop(
+        cond, body, (step(alpha0), alpha0, inf, jnp.int32(1))
+    )
+    converged = done(alpha, prev, last)
     # the value of alpha, the derivative of the implicit function theorem
     alpha = alpha + (s_in - s) / (1.0 / alpha - polygamma(1, alpha))
     return alpha, alpha / mean, it, converged
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GammaScoreModel(ScoreModel):
+class GammaScoreModel(ScoreModel[GammaParams]):
     """Gamma scores per class (the model behind Gamma calibration); scores must be > 0.
 
     Priors of :meth:`model` (weakly informative): :math:`\\alpha_k \\sim
     \\text{LogNormal}(0, \\text{shape\\_scale})`, :math:`\\beta_k \\sim \\text{LogNormal}(0,
     \\text{rate\\_scale})`, :math:`\\pi_1 \\sim \\text{Beta}(1, 1)`.
+
+    Args:
+        shape_scale: prior scale of the log shapes (> 0).
+        rate_scale: prior scale of the log rates (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import GammaScoreModel
+        >>> model = GammaScoreModel()
+        >>> params = model.fit(s, y)
+        >>> model.predict(params, [0.5, 2.0]).round(2).tolist()
+        [0.06, 0.94]
+        >>> model.calibration_map(params).round(2).tolist()  # [a, b, c] of a log s + b s + c
+        [4.19, -0.2, 0.34]
     """
 
     shape_scale: float = 2.0
     rate_scale: float = 3.0
     support = "positive"
-    params_class = GammaParams
+    fitted_class: ClassVar[type[GammaParams]] = GammaParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``scores | y ~ Gamma(alpha_y, beta_y)``, ``alpha`` and ``beta`` per

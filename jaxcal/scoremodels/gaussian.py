@@ -17,6 +17,7 @@ the equal-variance model).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +41,16 @@ __all__ = [
 
 @pytree_dataclass
 class GaussianParams:
-    """Class-conditional Gaussians ``N(mu_k, sd_k^2)`` and the class prior ``pi1``."""
+    """Class-conditional Gaussians ``N(mu_k, sd_k^2)`` and the class prior ``pi1``.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import GaussianParams, GaussianScoreModel
+        >>> params = GaussianScoreModel().fit(s, y)
+        >>> isinstance(params, GaussianParams), round(float(params.mu1), 4)  # mean of 0.9, 1.6, 2.4
+        (True, 1.6333)
+    """
 
     mu0: jax.Array
     sd0: jax.Array
@@ -50,7 +60,7 @@ class GaussianParams:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GaussianScoreModel(ScoreModel):
+class GaussianScoreModel(ScoreModel[GaussianParams]):
     """Unequal-variance Gaussian scores per class (the model behind Gaussian calibration).
 
     Priors of :meth:`model` (weakly informative, in score units):
@@ -60,13 +70,24 @@ class GaussianScoreModel(ScoreModel):
     from unit scale.
 
     Args:
-        loc_scale: prior standard deviation of the class means.
-        scale_scale: prior scale of the class standard deviations.
+        loc_scale: prior standard deviation of the class means (> 0).
+        scale_scale: prior scale of the class standard deviations (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import GaussianScoreModel
+        >>> model = GaussianScoreModel()
+        >>> params = model.fit(s, y)
+        >>> model.predict(params, [0.5, 2.0]).round(2).tolist()  # P(y = 1 | s)
+        [0.1, 1.0]
+        >>> model.calibration_map(params).round(2).tolist()  # [a, b, c] of a s^2 + b s + c
+        [2.36, -0.32, -2.58]
     """
 
     loc_scale: float = 10.0
     scale_scale: float = 10.0
-    params_class = GaussianParams
+    fitted_class: ClassVar[type[GaussianParams]] = GaussianParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``scores | labels ~ N(mu_y, sd_y^2)``, ``mu`` and ``sd`` per class."""
@@ -146,7 +167,17 @@ class GaussianScoreModel(ScoreModel):
 
 @pytree_dataclass
 class EqualVarianceGaussianParams:
-    """Class-conditional Gaussians with a shared standard deviation ``sd``."""
+    """Class-conditional Gaussians with a shared standard deviation ``sd``.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import EqualVarianceGaussianParams
+        >>> from jaxcal.scoremodels import EqualVarianceGaussianScoreModel
+        >>> params = EqualVarianceGaussianScoreModel().fit(s, y)
+        >>> isinstance(params, EqualVarianceGaussianParams), round(float(params.sd), 3)
+        (True, 0.506)
+    """
 
     mu0: jax.Array
     mu1: jax.Array
@@ -155,15 +186,30 @@ class EqualVarianceGaussianParams:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class EqualVarianceGaussianScoreModel(ScoreModel):
+class EqualVarianceGaussianScoreModel(ScoreModel[EqualVarianceGaussianParams]):
     """Equal-variance Gaussian scores per class: the generative model behind Platt scaling.
 
     Priors as :class:`GaussianScoreModel`, with one shared ``sd``.
+
+    Args:
+        loc_scale: prior standard deviation of the class means (> 0).
+        scale_scale: prior scale of the shared standard deviation (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import EqualVarianceGaussianScoreModel
+        >>> model = EqualVarianceGaussianScoreModel()
+        >>> params = model.fit(s, y)
+        >>> model.calibration_map(params).round(2).tolist()  # Platt's [a, b]
+        [3.91, -4.43]
+        >>> bool(model.is_monotone(params, 0.0, 3.0))  # mu1 >= mu0
+        True
     """
 
     loc_scale: float = 10.0
     scale_scale: float = 10.0
-    params_class = EqualVarianceGaussianParams
+    fitted_class: ClassVar[type[EqualVarianceGaussianParams]] = EqualVarianceGaussianParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``scores | labels ~ N(mu_y, sd^2)``, ``mu`` per class, one ``sd``."""

@@ -15,6 +15,7 @@ never monotone on :math:`[0, \infty)`.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,18 @@ _HALF_LOG_2PI = 0.5 * jnp.log(2 * jnp.pi)
 
 @pytree_dataclass
 class KanoulasParams:
-    """Negative-class ``Gamma(alpha0, beta0)``; positive-class ``N(mu1, sd1^2)``; ``pi1``."""
+    """Negative-class ``Gamma(alpha0, beta0)``; positive-class ``N(mu1, sd1^2)``; ``pi1``.
+
+    ``n_iter`` / ``converged`` report the Newton iterations of the Gamma shape.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import KanoulasParams, KanoulasScoreModel
+        >>> params = KanoulasScoreModel().fit(s, y)
+        >>> isinstance(params, KanoulasParams), round(float(params.mu1), 4)
+        (True, 1.6333)
+    """
 
     alpha0: jax.Array
     beta0: jax.Array
@@ -57,7 +69,7 @@ def _log_density(alpha0, beta0, mu1, sd1, scores, labels) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class KanoulasScoreModel(ScoreModel):
+class KanoulasScoreModel(ScoreModel[KanoulasParams]):
     """Gamma negatives, Gaussian positives (Kanoulas, Dai, Pavlu & Aslam 2010).
 
     Priors of :meth:`model`: :math:`\\alpha \\sim \\text{LogNormal}(0, \\text{shape\\_scale})`,
@@ -65,6 +77,23 @@ class KanoulasScoreModel(ScoreModel):
     :math:`\\mu \\sim \\mathcal N(0, \\text{loc\\_scale}^2)`,
     :math:`\\sigma \\sim \\text{HalfNormal}(\\text{scale\\_scale})`, :math:`\\pi_1 \\sim
     \\text{Beta}(1, 1)`.
+
+    Args:
+        shape_scale: prior scale of the negatives' log shape (> 0).
+        rate_scale: prior scale of the negatives' log rate (> 0).
+        loc_scale: prior standard deviation of the positives' mean (> 0).
+        scale_scale: prior scale of the positives' standard deviation (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import KanoulasScoreModel
+        >>> model = KanoulasScoreModel()
+        >>> params = model.fit(s, y)
+        >>> model.predict(params, [0.5, 2.0]).round(2).tolist()
+        [0.09, 0.96]
+        >>> bool(model.is_monotone(params, 0.2, float("inf")))  # never on [0, inf)
+        False
     """
 
     shape_scale: float = 2.0
@@ -72,7 +101,7 @@ class KanoulasScoreModel(ScoreModel):
     loc_scale: float = 10.0
     scale_scale: float = 10.0
     support = "positive"
-    params_class = KanoulasParams
+    fitted_class: ClassVar[type[KanoulasParams]] = KanoulasParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``s | 0 ~ Gamma(alpha0, beta0)``, ``s | 1 ~ N(mu1, sd1^2)``."""

@@ -15,6 +15,7 @@ The logit is concave and peaks at :math:`s^* = \mu + \lambda\sigma^2`: the poste
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +34,16 @@ _HALF_LOG_2PI = 0.5 * jnp.log(2 * jnp.pi)
 
 @pytree_dataclass
 class ManmathaParams:
-    """Negative-class exponential ``rate0``; positive-class ``N(mu1, sd1^2)``; prior ``pi1``."""
+    """Negative-class exponential ``rate0``; positive-class ``N(mu1, sd1^2)``; prior ``pi1``.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import ManmathaParams, ManmathaScoreModel
+        >>> params = ManmathaScoreModel().fit(s, y)
+        >>> isinstance(params, ManmathaParams), round(float(params.rate0), 4)  # 3 / 1.9
+        (True, 1.5789)
+    """
 
     rate0: jax.Array
     mu1: jax.Array
@@ -51,20 +61,36 @@ def _log_density(rate0, mu1, sd1, scores, labels) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ManmathaScoreModel(ScoreModel):
+class ManmathaScoreModel(ScoreModel[ManmathaParams]):
     """Exponential negatives, Gaussian positives (Manmatha, Rath & Feng 2001).
 
     Priors of :meth:`model`: :math:`\\lambda \\sim \\text{LogNormal}(0, \\text{rate\\_scale})`,
     :math:`\\mu \\sim \\mathcal N(0, \\text{loc\\_scale}^2)`,
     :math:`\\sigma \\sim \\text{HalfNormal}(\\text{scale\\_scale})`, :math:`\\pi_1 \\sim
     \\text{Beta}(1, 1)`.
+
+    Args:
+        rate_scale: prior scale of the negatives' log rate (> 0).
+        loc_scale: prior standard deviation of the positives' mean (> 0).
+        scale_scale: prior scale of the positives' standard deviation (> 0).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import ManmathaScoreModel
+        >>> model = ManmathaScoreModel()
+        >>> params = model.fit(s, y)
+        >>> round(float(model.peak(params)), 3)  # the posterior decreases beyond this score
+        2.226
+        >>> bool(model.is_monotone(params, 0.2, 2.4))
+        False
     """
 
     rate_scale: float = 3.0
     loc_scale: float = 10.0
     scale_scale: float = 10.0
     support = "nonnegative"
-    params_class = ManmathaParams
+    fitted_class: ClassVar[type[ManmathaParams]] = ManmathaParams
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:
         """:meth:`model`'s ``s | 0 ~ Exp(rate0)``, ``s | 1 ~ N(mu1, sd1^2)``."""

@@ -15,6 +15,7 @@ to avoid EM's collapse onto single points.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,16 @@ __all__ = ["GaussianMixtureParams", "GaussianMixtureScoreModel", "weighted_gmm_e
 @pytree_dataclass
 class GaussianMixtureParams:
     """Per-class mixture weights ``rho_k`` ``[K]``, means ``mu_k`` ``[K]``, sds ``sd_k`` ``[K]``,
-    class prior ``pi1``, and the EM iteration counts / convergence (max over classes)."""
+    class prior ``pi1``, and the EM iteration counts / convergence (max over classes).
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.array([0.2, 0.6, 0.9, 1.1, 1.6, 2.4]); y = np.array([0, 0, 1, 0, 1, 1])
+        >>> from jaxcal.scoremodels import GaussianMixtureParams, GaussianMixtureScoreModel
+        >>> params = GaussianMixtureScoreModel(n_components=2).fit(s, y)
+        >>> isinstance(params, GaussianMixtureParams), params.mu1.shape  # K means per class
+        (True, (2,))
+    """
 
     rho0: jax.Array
     mu0: jax.Array
@@ -70,7 +80,29 @@ def weighted_gmm_em(
     tol: float = 1e-10,
     min_sd_fraction: float = 1e-3,
 ):
-    """Weighted EM for a 1-D Gaussian mixture: ``(rho, mu, sd, n_iter, converged)``."""
+    """Weighted EM for a 1-D Gaussian mixture: ``(rho, mu, sd, n_iter, converged)``.
+
+    Args:
+        x: ``[n]`` values.
+        w: ``[n]`` non-negative weights.
+        n_components: number of components ``K`` (static).
+        max_iter: cap on the EM iterations.
+        tol: stop when an iteration changes the weighted log-likelihood by at most ``tol``
+            (relative).
+        min_sd_fraction: floor on the component sds, as a fraction of the overall sd.
+
+    Returns:
+        ``[K]`` weights ``rho``, means ``mu`` and sds ``sd``; the iterations done and
+        whether the last change was within ``tol``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxcal.scoremodels import weighted_gmm_em
+        >>> x = jnp.array([-2.1, -1.9, -2.0, 2.0, 2.1, 1.9])
+        >>> rho, mu, sd, n_iter, converged = weighted_gmm_em(x, jnp.ones(6), 2)
+        >>> mu.round(3).tolist(), rho.round(3).tolist()
+        ([-2.0, 2.0], [0.5, 0.5])
+    """
     K = n_components
     mean, var = weighted_moments(x, w)
     sd_all = jnp.sqrt(var)
@@ -108,7 +140,7 @@ def weighted_gmm_em(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GaussianMixtureScoreModel(ScoreModel):
+class GaussianMixtureScoreModel(ScoreModel[GaussianMixtureParams]):
     """A ``n_components``-Gaussian mixture per class.
 
     Priors of :meth:`model`: :math:`\\rho_k \\sim \\text{Dirichlet}(\\mathbf 1)`,
@@ -118,8 +150,23 @@ class GaussianMixtureScoreModel(ScoreModel):
 
     Args:
         n_components: number of components ``K`` per class.
-        max_iter, tol: EM stopping rule.
-        min_sd_fraction: floor on component sds (fraction of the class sd).
+        loc_scale: prior standard deviation of the component means (> 0).
+        scale_scale: prior scale of the component standard deviations (> 0).
+        max_iter, tol: EM stopping rule (at most ``max_iter`` iterations; stop when the
+            weighted log-likelihood changes by at most ``tol``, relative).
+        min_sd_fraction: floor on component sds (fraction of the class sd, > 0).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.scoremodels import GaussianMixtureScoreModel
+        >>> s = np.array([-2.1, -1.9, -2.0, 2.0, 2.1, 1.9, 0.1, 0.3])
+        >>> y = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+        >>> model = GaussianMixtureScoreModel(n_components=2)
+        >>> params = model.fit(s, y)
+        >>> params.mu0.round(3).tolist()  # the negatives' two clusters
+        [-2.0, 2.0]
+        >>> model.predict(params, [-2.0, 0.1, 2.0]).round(2).tolist()
+        [0.0, 1.0, 0.0]
     """
 
     n_components: int = 2
@@ -128,7 +175,7 @@ class GaussianMixtureScoreModel(ScoreModel):
     max_iter: int = 500
     tol: float = 1e-10
     min_sd_fraction: float = 1e-3
-    params_class = GaussianMixtureParams
+    fitted_class: ClassVar[type[GaussianMixtureParams]] = GaussianMixtureParams
     monotone_parameterisation = False  # no parameterisation makes every mixture map monotone
 
     def _observe_scores(self, scores, labels, sample_weight, n: int) -> None:

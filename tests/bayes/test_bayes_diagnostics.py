@@ -83,7 +83,8 @@ def test_rhat_ess_match_numpy_and_ar1_theory(phi):
     assert abs(d["ess"]["a"] / theory - 1) < 0.2
     assert d["r_hat"]["a"] < 1.01 and d["r_hat"]["b"] > 1.1  # mixing detected
     assert d["divergences"] == 2
-    assert d["num_chains"] == C and d["num_samples"] == N
+    assert d["n_chains"] == C and d["n_samples"] == N
+    assert post.n_chains == C and post.n_samples == N
 
 
 def test_batched_diagnostics_match_per_problem():

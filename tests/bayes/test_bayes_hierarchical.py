@@ -10,11 +10,10 @@ import pytest
 from scipy.special import expit
 
 import jaxcal
-from jaxcal.bayes import fit_bayes, fit_bayes_batch
-from jaxcal.bayes.hierarchical import HierarchicalPosterior, fit_hierarchical
+from jaxcal.bayes import NUTS, HierarchicalPosterior, fit_bayes, fit_bayes_batch, fit_hierarchical
 
 G = 24
-KW = dict(num_samples=250, num_warmup=250, num_chains=2)
+KW = dict(method=NUTS(n_samples=250, n_warmup=250, n_chains=2))
 
 
 def simulate(seed, n_train=(6, 16), n_test=200):

@@ -15,7 +15,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
 import jaxcal
-from jaxcal.bayes import fit_bayes, fit_bayes_batch
+from jaxcal.bayes import NUTS, SVI, fit_bayes, fit_bayes_batch, fit_hierarchical, nuts_chains
 from jaxcal.bayes.inference import _fit_single, design_of
 from jaxcal.bayes.linear import check_prior, linear_logit_model, theta_from_standardised
 from jaxcal.bayes.posterior import Posterior
@@ -54,15 +54,15 @@ def data():
 @pytest.fixture(scope="module")
 def nuts(data):
     s, y = data
-    kw = dict(num_samples=500, num_warmup=300, num_chains=4)
-    return fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), **kw)
+    method = NUTS(n_samples=500, n_warmup=300, n_chains=4)
+    return fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), method=method)
 
 
 @pytest.fixture(scope="module")
 def svi(data):
     s, y = data
-    kw = dict(num_steps=1500, num_samples=4000)
-    return fit_bayes(jaxcal.PlattScaling(), s, y, method="svi", key=jax.random.key(1), **kw)
+    method = SVI(n_steps=1500, n_samples=4000)
+    return fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(1), method=method)
 
 
 def _mean_sd(post):
@@ -94,10 +94,8 @@ def test_svi_minibatch_matches_full_batch(data, svi):
     """The minibatch log-likelihood is scaled by n / batch: same posterior as full batch.
     Without the scaling the sd would be sqrt(10) ~ 3.2x too large (netcal's bug)."""
     s, y = data
-    mb = fit_bayes(
-        jaxcal.PlattScaling(), s, y, method="svi", key=jax.random.key(2),
-        num_steps=3000, num_samples=4000, subsample_size=200, learning_rate=0.02,
-    )  # fmt: skip
+    method = SVI(n_steps=3000, n_samples=4000, subsample_size=200, learning_rate=0.02)
+    mb = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(2), method=method)
     m1, s1 = _mean_sd(svi)
     m2, s2 = _mean_sd(mb)
     assert np.all(np.abs(m1 - m2) < 0.5 * s1)
@@ -113,7 +111,7 @@ def test_coverage_of_90_percent_intervals():
     S, Y = zip(*(simulate_platt(n, 100 + b, a=2.0, b=-1.0) for b in range(B)), strict=True)
     post = fit_bayes_batch(
         jaxcal.PlattScaling(), np.stack(S), np.stack(Y), key=jax.random.key(3),
-        num_samples=250, num_warmup=200, num_chains=2,
+        method=NUTS(n_samples=250, n_warmup=200, n_chains=2),
     )  # fmt: skip
     grid = np.linspace(-1.5, 1.5, 13)
     lo, hi = post.interval(np.tile(grid, (B, 1)), level=0.9)
@@ -137,7 +135,7 @@ def test_posterior_mean_approaches_point_fit():
         S[i, :n], Y[i, :n], M[i, :n] = s, y, True
     post = fit_bayes_batch(
         jaxcal.PlattScaling(), S, Y, mask=M, key=jax.random.key(4),
-        num_samples=500, num_warmup=300, num_chains=2,
+        method=NUTS(n_samples=500, n_warmup=300, n_chains=2),
     )  # fmt: skip
     grid = np.linspace(-1.5, 1.5, 7)
     mean = np.asarray(post.predict(np.tile(grid, (3, 1))))
@@ -152,7 +150,7 @@ def test_posterior_mean_approaches_point_fit():
 @pytest.mark.slow
 def test_batch_equals_loop():
     S, Y = zip(*(simulate_platt(120, 20 + b) for b in range(3)), strict=True)
-    kw = dict(num_samples=60, num_warmup=60, num_chains=2)
+    kw = dict(method=NUTS(n_samples=60, n_warmup=60, n_chains=2))
     cal = jaxcal.PlattScaling()
     batch = fit_bayes_batch(cal, np.stack(S), np.stack(Y), key=jax.random.key(5), **kw)
     keys = jax.random.split(jax.random.key(5), 3)
@@ -164,7 +162,7 @@ def test_batch_equals_loop():
 
 def test_second_call_does_not_recompile(data):
     s, y = data
-    kw = dict(num_samples=20, num_warmup=20, num_chains=2)
+    kw = dict(method=NUTS(n_samples=20, n_warmup=20, n_chains=2))
     fit_bayes(jaxcal.PlattScaling(), s[:300], y[:300], key=jax.random.key(0), **kw)
     size = _fit_single._cache_size()
     fit_bayes(jaxcal.PlattScaling(), s[300:600], y[300:600], key=jax.random.key(1), **kw)
@@ -265,7 +263,7 @@ def test_custom_prior_is_used():
     tight = {"slope": dist.LogNormal(np.log(0.1), 0.01)}
     post = fit_bayes(
         jaxcal.PlattScaling(), s, y, key=jax.random.key(6), prior=tight,
-        num_samples=100, num_warmup=100, num_chains=2,
+        method=NUTS(n_samples=100, n_warmup=100, n_chains=2),
     )  # fmt: skip
     d = design_of(jaxcal.PlattScaling(), s, y, np.ones_like(s))
     beta = np.asarray(post.theta[..., 0]) * float(d.scale[0])
@@ -363,7 +361,7 @@ def test_every_nuts_draw_monotone_all_families(cal):
     rng = np.random.default_rng(11)
     s = expit(rng.normal(size=300))
     y = (rng.random(300) < s**2).astype(float)
-    post = fit_bayes(cal, s, y, key=jax.random.key(7), num_samples=100, num_warmup=100)
+    post = fit_bayes(cal, s, y, key=jax.random.key(7), method=NUTS(n_samples=100, n_warmup=100))
     assert bool(post.is_monotone())
     grid = np.linspace(s.min(), s.max(), 501)
     p = np.asarray(post.probability_draws(grid))
@@ -382,11 +380,9 @@ def test_every_nuts_draw_monotone_all_families(cal):
         ({"labels": [0, 1, 1]}, "length|shape|mismatch"),
         ({"sample_weight": [1.0, -1.0, 1.0, 1.0]}, "negative|weight"),
         ({"propensity": [0.5, 0.0, 0.5, 0.5], "loss": "ips"}, "propensit"),
-        ({"method": "mcmc"}, "method"),
-        ({"num_samples": 0}, "num_samples"),
-        ({"num_chains": 1.5}, "num_chains"),
-        ({"method": "svi", "subsample_size": 10}, "subsample_size"),
-        ({"subsample_size": 2}, "subsample_size"),
+        ({"method": "mcmc"}, "method must be jaxcal.bayes.NUTS"),
+        ({"method": "svi"}, "method must be jaxcal.bayes.NUTS"),  # the old string form
+        ({"method": SVI(subsample_size=10)}, r"subsample_size \(10\) exceeds the data size \(4\)"),
         ({"prior": {"slope": dist.Normal(0.0, 1.0)}}, "slope"),
         ({"prior": {"bias": dist.Normal(0.0, 1.0)}}, "unknown prior"),
         ({"key": None}, "key is required"),
@@ -394,7 +390,6 @@ def test_every_nuts_draw_monotone_all_families(cal):
         ({"key": "abc"}, "key must be a JAX PRNG key.*got str 'abc'"),
         ({"key": [0, 1]}, "key must be a JAX PRNG key"),
         ({"key": jax.random.split(jax.random.key(0), 2)}, "single PRNG key"),
-        ({"target_accept_prob": 1.5}, "target_accept_prob"),
         ({"calibrator": jaxcal.IsotonicCalibration()}, "parametric"),
         ({"scores": [0.5, 0.5, 0.5, 0.5]}, "equal"),
     ],
@@ -420,12 +415,110 @@ def test_bad_predict_inputs_raise(nuts):
         nuts[0]
 
 
-def test_fit_bayes_batch_takes_fit_bayes_settings_only():
-    """The batch fit's sampler settings are fit_bayes's keywords: a misspelt one is refused
-    before anything runs."""
+def test_sampler_settings_are_method_objects_only():
+    """The flat sampler keywords are gone (the settings live in NUTS / SVI); a string or
+    another object as ``method`` is refused before anything runs."""
     s = np.tile(np.linspace(-1.0, 1.0, 20), (2, 1))
     y = np.tile([0.0, 1.0] * 10, (2, 1))
-    with pytest.raises(TypeError, match="num_sample"):
-        fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), num_sample=10)
+    cal, key = jaxcal.PlattScaling(), jax.random.key(0)
+    with pytest.raises(TypeError, match="num_samples"):
+        fit_bayes_batch(cal, s, y, key=key, num_samples=10)
+    with pytest.raises(TypeError, match="num_warmup"):
+        fit_bayes(cal, s[0], y[0], key=key, num_warmup=10)
     with pytest.raises(ValueError, match="method"):
-        fit_bayes_batch(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), method="mcmc")
+        fit_bayes_batch(cal, s, y, key=key, method="mcmc")
+    with pytest.raises(ValueError, match="method"):
+        fit_bayes_batch(cal, s, y, key=key, method={"n_samples": 10})
+    with pytest.raises(ValueError, match="fit_hierarchical supports method=NUTS"):
+        fit_hierarchical(cal, s.ravel(), y.ravel(), group=np.arange(40) % 2, key=key,
+                         method=SVI())  # fmt: skip
+    with pytest.raises(ValueError, match="nuts_chains needs method=jaxcal.bayes.NUTS"):
+        nuts_chains(lambda z: z @ z, jnp.zeros((4, 2)), key=key, method=SVI())
+
+
+# ------------------------------------------------------------------- the method objects
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: NUTS(n_samples=0), "n_samples must be an integer >= 1; got 0"),
+        (lambda: NUTS(n_samples=10.0), "n_samples must be an integer"),
+        (lambda: NUTS(n_warmup=-1), "n_warmup must be an integer >= 0"),
+        (lambda: NUTS(n_chains=1.5), "n_chains must be an integer"),
+        (lambda: NUTS(n_chains=True), "n_chains must be an integer"),
+        (lambda: NUTS(target_accept_prob=1.5), r"target_accept_prob must be a number in \(0, 1\)"),
+        (lambda: NUTS(target_accept_prob=0.0), "target_accept_prob"),
+        (lambda: NUTS(target_accept_prob="high"), "target_accept_prob"),
+        (lambda: NUTS(max_tree_depth=0), "max_tree_depth"),
+        (lambda: NUTS(dense_mass="yes"), "dense_mass must be True or False"),
+        (lambda: SVI(n_steps=0), "n_steps must be an integer >= 1"),
+        (lambda: SVI(learning_rate=0.0), "learning_rate must be a finite number and > 0"),
+        (lambda: SVI(learning_rate=np.inf), "learning_rate"),
+        (lambda: SVI(n_samples=-3), "n_samples"),
+        (lambda: SVI(subsample_size=0), "subsample_size must be an integer >= 1"),
+        (lambda: SVI(subsample_size=2.5), "subsample_size"),
+        (lambda: SVI(guide="laplace"), "guide must be one of"),
+    ],
+)
+def test_method_objects_validate_when_made(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_method_objects_defaults_and_value_semantics():
+    """The documented defaults; frozen, hashable values (NumPy numbers normalised, so that
+    equal settings are equal objects and share a compiled program)."""
+    import dataclasses
+
+    nuts, svi = NUTS(), SVI()
+    assert dataclasses.asdict(nuts) == dict(
+        n_samples=1000, n_warmup=500, n_chains=4, target_accept_prob=0.8, max_tree_depth=10,
+        dense_mass=False,
+    )  # fmt: skip
+    assert dataclasses.asdict(svi) == dict(
+        n_steps=3000, learning_rate=0.05, n_samples=1000, subsample_size=None, guide="mvn"
+    )
+    same = NUTS(n_samples=np.int64(1000), target_accept_prob=np.float32(0.5))
+    assert same == NUTS(target_accept_prob=float(np.float32(0.5)))
+    assert type(same.n_samples) is int and type(same.target_accept_prob) is float
+    assert hash(same) == hash(NUTS(target_accept_prob=float(np.float32(0.5))))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        nuts.n_samples = 10
+
+
+def test_nuts_chains_samples_a_known_gaussian():
+    """The public chain runner on a correlated 2-D Gaussian potential: the draws' mean and
+    covariance match the closed form within Monte Carlo error; the statistics have one
+    entry per draw; the chains have keys of their own."""
+    cov = np.array([[1.0, 0.8], [0.8, 1.0]])
+    prec = jnp.asarray(np.linalg.inv(cov))
+    mean = jnp.array([1.0, -2.0])
+
+    def potential(z):
+        d = z["x"] - mean
+        return 0.5 * d @ prec @ d
+
+    method = NUTS(n_samples=1000, n_warmup=300, n_chains=2)
+    key = jax.random.key(11)
+    z, stats = nuts_chains(potential, {"x": jnp.zeros((2, 2))}, key=key, method=method)
+    x = np.asarray(z["x"])
+    assert x.shape == (2, 1000, 2)
+    assert set(stats) == {"diverging", "n_steps", "accept_prob"}
+    assert all(v.shape == (2, 1000) for v in stats.values())
+    flat = x.reshape(-1, 2)
+    # 2,000 draws, ESS several hundred per coordinate: 5 sd of the mean is ~0.25
+    np.testing.assert_allclose(flat.mean(0), mean, atol=0.25)
+    np.testing.assert_allclose(np.cov(flat.T), cov, atol=0.25)
+    # started at the same point, the two chains differ: each has its own key
+    assert not np.allclose(x[0, :10], x[1, :10])
+
+
+def test_nuts_chains_bad_inputs_raise():
+    pot = lambda z: jnp.sum(z**2)  # noqa: E731
+    with pytest.raises(ValueError, match="key is required"):
+        nuts_chains(pot, jnp.zeros((4, 2)), key=None)
+    with pytest.raises(ValueError, match="single PRNG key"):
+        nuts_chains(pot, jnp.zeros((4, 2)), key=jax.random.split(jax.random.key(0), 4))
+    with pytest.raises(ValueError, match="leading chain axis of size n_chains=4"):
+        nuts_chains(pot, jnp.zeros((2, 2)), key=jax.random.key(0))

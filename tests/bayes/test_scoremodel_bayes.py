@@ -18,6 +18,7 @@ from numpyro.infer.util import constrain_fn, log_density
 from scipy.special import expit, logit, logsumexp
 
 import jaxcal
+from jaxcal.bayes import NUTS, SVI
 from jaxcal.bayes.scoremodel import (
     ScoreData,
     ScoreModelPosterior,
@@ -264,7 +265,7 @@ N_EXP = 1500  # one compiled shape for every exponential run (zero weights pad s
 N_EXP_SMALL = 40
 TRUE_EXP = dict(rate0=1.0, rate1=0.8, pi1=0.3)  # close rates: rate1 < rate0 matters at n = 40
 EXP_SEED = 9  # its first 40 points: untruncated, 37% of the posterior mass has rate1 > rate0
-NUTS_KW = dict(num_samples=1000, num_warmup=400, num_chains=4)
+NUTS_KW = dict(method=NUTS(n_samples=1000, n_warmup=400, n_chains=4))
 
 
 def simulate_exponential(n, seed):
@@ -362,7 +363,7 @@ def _mean_sd(post, names):
     return np.array([d[k].mean() for k in names]), np.array([d[k].std() for k in names])
 
 
-SVI_KW = dict(method="svi", num_steps=1500, num_samples=4000)
+SVI_KW = dict(n_steps=1500, n_samples=4000)
 
 
 def test_nuts_and_minibatch_svi_agree(exp_large):
@@ -371,7 +372,7 @@ def test_nuts_and_minibatch_svi_agree(exp_large):
     s, y, nuts = exp_large
     names = ("pi1", "rate0", "rate1")
     mini = ExponentialScoreModel().fit_bayes(
-        s, y, key=jax.random.key(3), subsample_size=300, **SVI_KW
+        s, y, key=jax.random.key(3), method=SVI(subsample_size=300, **SVI_KW)
     )
     m_n, sd_n = _mean_sd(nuts, names)
     m, sd = _mean_sd(mini, names)
@@ -386,7 +387,8 @@ def test_nuts_and_minibatch_svi_agree(exp_large):
 def test_full_batch_svi_agrees_with_nuts(exp_large):
     s, y, nuts = exp_large
     names = ("pi1", "rate0", "rate1")
-    svi = ExponentialScoreModel().fit_bayes(s, y, key=jax.random.key(2), guide="normal", **SVI_KW)
+    method = SVI(guide="normal", **SVI_KW)
+    svi = ExponentialScoreModel().fit_bayes(s, y, key=jax.random.key(2), method=method)
     m_n, sd_n = _mean_sd(nuts, names)
     m, sd = _mean_sd(svi, names)
     assert np.all(np.abs(m - m_n) < MEAN_SD_TOL * sd_n), (m, m_n)
@@ -397,7 +399,7 @@ def test_full_batch_svi_agrees_with_nuts(exp_large):
 
 TRUE_G = dict(mu0=0.0, sd0=1.0, mu1=1.5, sd1=1.1, pi1=0.3)  # monotone on any range shown
 N_G = 100  # one compiled shape for every Gaussian run below
-G_KW = dict(num_samples=300, num_warmup=300, num_chains=2)
+G_KW = dict(method=NUTS(n_samples=300, n_warmup=300, n_chains=2))
 COVERAGE_SEEDS = 24
 
 
@@ -516,15 +518,14 @@ def _ok():
         (GaussianScoreModel(), lambda s, y: (s, y), {"sample_weight": -1.0}, "non-negative"),
         (GaussianScoreModel(), lambda s, y: (s, y), {"key": None}, "key is required"),
         (GaussianScoreModel(), lambda s, y: (s, y), {"key": np.zeros(3)}, "PRNG key"),
-        (GaussianScoreModel(), lambda s, y: (s, y), {"num_samples": 0}, "num_samples"),
-        (GaussianScoreModel(), lambda s, y: (s, y), {"num_chains": 1.5}, "num_chains"),
-        (GaussianScoreModel(), lambda s, y: (s, y), {"method": "mh"}, "method"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"method": "mh"}, "method must be"),
+        (GaussianScoreModel(), lambda s, y: (s, y), {"method": "nuts"}, "method must be"),
         (GaussianScoreModel(), lambda s, y: (s, y), {"monotone": "yes"}, "monotone"),
         (GaussianMixtureScoreModel(), lambda s, y: (s, y), {"monotone": True}, "no monotone"),
         (
             GaussianScoreModel(),
             lambda s, y: (s, y),
-            {"method": "svi", "subsample_size": 10_000},
+            {"method": SVI(subsample_size=10_000)},
             "subsample_size",
         ),
     ],
@@ -573,7 +574,7 @@ def test_every_family_nuts_end_to_end(sm):
     # the log-density sums (padding, vectorised or sequential chains), so the mixture uses
     # a key that stays clear of it on every path we ran (r_hat <= 1.008, <= 8 divergences).
     key = jax.random.key(27 if mixture else 4)
-    post = sm.fit_bayes(s, y, key=key, num_samples=m, num_warmup=m, num_chains=chains)
+    post = sm.fit_bayes(s, y, key=key, method=NUTS(n_samples=m, n_warmup=m, n_chains=chains))
     d = post.diagnostics()
     grid = np.linspace(np.quantile(s, 0.05), np.quantile(s, 0.95), 9)
     mle = sm.fit(s, y)

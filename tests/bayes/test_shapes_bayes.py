@@ -23,7 +23,7 @@ from scipy.special import expit
 
 import jaxcal
 from jaxcal import _shapes
-from jaxcal.bayes import fit_bayes, fit_bayes_batch
+from jaxcal.bayes import NUTS, SVI, fit_bayes, fit_bayes_batch
 from jaxcal.bayes._sampling import (
     padded_data,
 )
@@ -38,7 +38,7 @@ from jaxcal.scoremodels import (
 )
 
 EXACT = 1e-12  # float64: padding adds exact zeros; only the order of the sums changes
-NUTS = dict(num_samples=300, num_warmup=300, num_chains=4)
+NUTS_KW = dict(method=NUTS(n_samples=300, n_warmup=300, n_chains=4))
 
 
 def _platt_data(n, seed):
@@ -144,12 +144,12 @@ def _assert_means_agree(a, b):
 @pytest.mark.slow
 def test_padded_posteriors_agree_with_unpadded():
     s, y = _platt_data(300, 8)
-    padded = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), **NUTS)
+    padded = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), **NUTS_KW)
     sm = GaussianScoreModel()
-    sm_padded = sm.fit_bayes(s, y, key=jax.random.key(0), **NUTS)
+    sm_padded = sm.fit_bayes(s, y, key=jax.random.key(0), **NUTS_KW)
     with _shapes.exact_shapes():
-        exact = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), **NUTS)
-        sm_exact = sm.fit_bayes(s, y, key=jax.random.key(0), **NUTS)
+        exact = fit_bayes(jaxcal.PlattScaling(), s, y, key=jax.random.key(0), **NUTS_KW)
+        sm_exact = sm.fit_bayes(s, y, key=jax.random.key(0), **NUTS_KW)
     assert padded.diagnostics()["divergences"] == exact.diagnostics()["divergences"] == 0
     _assert_means_agree(padded.draws, exact.draws)
     _assert_means_agree(sm_padded.draws, sm_exact.draws)
@@ -160,23 +160,25 @@ def test_fit_bayes_new_size_in_bucket_does_not_compile(compiles):
     """300, 400 and 500 points pad to 512: after the first NUTS and SVI fits, new sizes, a
     new target_accept_prob / learning_rate and a new prior compile nothing."""
     cal = jaxcal.PlattScaling()
-    svi = dict(method="svi", num_steps=200, num_samples=100)
-    fit_bayes(cal, *_platt_data(300, 0), key=jax.random.key(0), **NUTS)
-    fit_bayes(cal, *_platt_data(300, 0), key=jax.random.key(0), **svi)
+    nuts, svi = NUTS(n_samples=300, n_warmup=300), SVI(n_steps=200, n_samples=100)
+    fit_bayes(cal, *_platt_data(300, 0), key=jax.random.key(0), method=nuts)
+    fit_bayes(cal, *_platt_data(300, 0), key=jax.random.key(0), method=svi)
     priors = [{"slope": dist.HalfNormal(v), "intercept": dist.Normal(0.0, v)} for v in (2.0, 3.0)]
     with compiles() as c:
         for k, n in enumerate((400, 500)):
             data = _platt_data(n, k + 1)
             key = jax.random.key(k)
-            fit_bayes(cal, *data, key=key, target_accept_prob=0.85 + 0.05 * k, **NUTS)
-            fit_bayes(cal, *data, key=key, prior=priors[k], **NUTS)
-            fit_bayes(cal, *data, key=key, learning_rate=0.02 * (k + 1), **svi)
+            tap = NUTS(n_samples=300, n_warmup=300, target_accept_prob=0.85 + 0.05 * k)
+            fit_bayes(cal, *data, key=key, method=tap)
+            fit_bayes(cal, *data, key=key, prior=priors[k], method=nuts)
+            lr = SVI(n_steps=200, n_samples=100, learning_rate=0.02 * (k + 1))
+            fit_bayes(cal, *data, key=key, method=lr)
     assert c.count == 0
 
 
 def test_fit_bayes_batch_and_hierarchical_new_size_in_bucket_do_not_compile(compiles):
     cal = jaxcal.PlattScaling()
-    kw = dict(num_samples=100, num_warmup=100, num_chains=2)
+    kw = dict(method=NUTS(n_samples=100, n_warmup=100, n_chains=2))
 
     def batch(n, seed):
         s, y = _platt_data(2 * n, seed)
@@ -207,23 +209,22 @@ def test_fit_bayes_batch_and_hierarchical_new_size_in_bucket_do_not_compile(comp
 def test_scoremodel_fit_bayes_new_size_in_bucket_does_not_compile(compiles):
     """New sizes, a new prior scale (a traced field of the score model) and a new
     target_accept_prob compile nothing."""
-    kw = dict(num_samples=100, num_warmup=100, num_chains=2)
+    kw = dict(n_samples=100, n_warmup=100, n_chains=2)
     GaussianScoreModel().fit_bayes(
-        *_sm_data(GaussianScoreModel(), 300, 0), key=jax.random.key(0), **kw
+        *_sm_data(GaussianScoreModel(), 300, 0), key=jax.random.key(0), method=NUTS(**kw)
     )
     with compiles() as c:
         for k, n in enumerate((400, 500)):
             sm = GaussianScoreModel(loc_scale=5.0 + k)
-            sm.fit_bayes(
-                *_sm_data(sm, n, k + 1), key=jax.random.key(k), target_accept_prob=0.9, **kw
-            )
+            tap = NUTS(target_accept_prob=0.9, **kw)
+            sm.fit_bayes(*_sm_data(sm, n, k + 1), key=jax.random.key(k), method=tap)
     assert c.count == 0
 
 
 def test_predictions_new_size_in_bucket_do_not_compile_and_equal_unpadded(compiles):
     """predict / interval / probability_draws of linear, batched and score-model posteriors:
     scores padded to their bucket (copies of the last score, sliced off)."""
-    kw = dict(num_samples=50, num_warmup=50, num_chains=2)
+    kw = dict(method=NUTS(n_samples=50, n_warmup=50, n_chains=2))
     cal, sm = jaxcal.PlattScaling(), GaussianScoreModel()
     s, y = _platt_data(300, 9)
     posts = [

@@ -14,6 +14,7 @@ there.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
@@ -131,8 +132,9 @@ def test_neural_calibration_beyond_the_working_range():
     logits = rng.normal(0, 1.5, size=2000)
     labels = (rng.uniform(size=2000) < 1 / (1 + np.exp(-logits))).astype(float)
     cal = jaxcal.NeuralCalibration(n_knots=5, n_steps=200)
+    key = jax.random.key(0)
     p = [
-        np.asarray(cal.fit(np.ldexp(logits, e), labels).predict(np.ldexp(logits, e)))
+        np.asarray(cal.fit(np.ldexp(logits, e), labels, key=key).predict(np.ldexp(logits, e)))
         for e in (600, -600)
     ]
     np.testing.assert_array_equal(p[0], p[1])
@@ -203,9 +205,10 @@ def test_scores_the_working_dtype_cannot_resolve_raise_clear_errors():
     s, y, _ = _data()
     narrow = s * 1e-3 + 1e8  # distinct in float64, one float32 value
     with jax.enable_x64(False):
-        for cal in (jaxcal.TemperatureScaling(), jaxcal.NeuralCalibration()):
+        neural = functools.partial(jaxcal.NeuralCalibration().fit, key=jax.random.key(0))
+        for fit in (jaxcal.TemperatureScaling().fit, neural):
             with pytest.raises(ValueError, match="equal after rounding to float32"):
-                cal.fit(narrow, y)
+                fit(narrow, y)
         with pytest.raises(ValueError, match="beyond the range of float32"):
             jaxcal.GammaCalibration(relative_shift=False).fit(s * 1e300, y)
         p = 1 / (1 + np.exp(-s))

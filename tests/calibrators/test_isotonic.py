@@ -351,6 +351,39 @@ def test_calibrator_bad_inputs(scores, labels, hyper, match):
         jaxcal.IsotonicCalibration(**hyper).fit(scores, labels)
 
 
+@pytest.mark.parametrize(
+    ("hyper", "match"),
+    [
+        ({"increasing": "up"}, "increasing"),
+        ({"interpolation": "cubic"}, "interpolation"),
+        ({"trim": 0.5}, "trim"),
+        ({"trim": "0.1"}, "trim"),
+        ({"centered": True, "interpolation": "step"}, "centered"),
+        ({"out_of_bounds": "wrap"}, "out_of_bounds"),
+        ({"y_min": 0.9, "y_max": 0.1}, "y_min"),
+        ({"y_max": 0.2, "trim": 0.3}, "no probability"),
+    ],
+)
+def test_bad_hyperparameters_raise_when_made(hyper, match):
+    """Every hyperparameter is checked when the calibrator is made (before any data)."""
+    with pytest.raises(ValueError, match=match):
+        jaxcal.IsotonicCalibration(**hyper)
+
+
+def test_fit_counts_leaves_are_the_working_dtype():
+    """Counts hold float64 sums: the fit from counts is in JAX's default float (float64
+    here), whatever the scores' dtype was."""
+    from jaxcal.fitting.score_counts import score_counts
+
+    rng = np.random.default_rng(15)
+    s = rng.normal(size=50).astype(np.float32)
+    y = _labels(rng, s)
+    fitted = jaxcal.IsotonicCalibration().fit_counts(score_counts(s, y))
+    assert fitted.knots_x.dtype == fitted.knots_y.dtype == jnp.float64
+    direct = jaxcal.IsotonicCalibration().fit(s.astype(float), y)
+    np.testing.assert_allclose(np.asarray(fitted.predict(s)), direct.predict(s), atol=EXACT)
+
+
 # ------------------------------------------------------------ scikit-learn's options
 
 
@@ -446,10 +479,15 @@ def test_float32_in_float32_out():
     assert isotonic_regression(s, y).dtype == jnp.float64
     assert isotonic_regression(s.astype(int), y).dtype == jnp.float64
     cal = jaxcal.IsotonicCalibration().fit(s32, y)
-    assert cal.predict(s32).dtype == jnp.float32
-    assert cal.predict(s).dtype == cal.predict(list(s)).dtype == jnp.float64
+    # a fit on float32 scores is float32 (x64 is on here), and so are its predictions
+    assert {a.dtype for a in jax.tree.leaves(cal)} == {np.dtype(np.float32), np.dtype(np.int32)}
+    assert cal.predict(s32).dtype == cal.predict(s).dtype == jnp.float32
     assert jax.jit(lambda c, v: c.predict(v))(cal, s32).dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(cal.predict(s32)), ref.predict(s32), rtol=1e-6)
+    cal64 = jaxcal.IsotonicCalibration().fit(s, y)
+    assert cal64.knots_y.dtype == cal64.scaling.shift.dtype == jnp.float64
+    assert cal64.predict(s).dtype == cal64.predict(list(s)).dtype == jnp.float64
+    assert cal64.predict(s32).dtype == jnp.float32  # float32 scores in, float32 out
     with jax.enable_x64(False):  # no float64 at all: float32 for every input
         assert isotonic_regression(s, y).dtype == jnp.float32
         cal = jaxcal.IsotonicCalibration().fit(s, y)

@@ -125,20 +125,18 @@ def test_flat_stretches_at_zero_and_one_are_kept():
     np.testing.assert_allclose(np.asarray(fitted.knots_y), [0, 0, 0.5, 1], atol=EXACT)
 
 
-def test_centered_is_the_name_and_rank_preserving_a_deprecated_alias():
-    s, y, w = _data(5, 50, weights="random", slope=2.0)
+def test_centered_is_the_only_name_and_is_checked_when_made():
+    """``centered`` has no alias (the former ``rank_preserving`` is gone); a copy made by
+    ``dataclasses.replace`` (scikit-learn's ``clone``) is checked and warns nothing."""
     for cls, kw in ((jaxcal.IsotonicCalibration, {}), (jaxcal.SmoothedIsotonic, {"n_buckets": 9})):
+        with pytest.raises(TypeError, match="rank_preserving"):
+            cls(rank_preserving=True, **kw)
         new = cls(centered=True, **kw)
-        with pytest.warns(DeprecationWarning, match="centered"):
-            old = cls(rank_preserving=True, **kw)
-        assert old == new and "rank_preserving" not in repr(old)
-        a, b = new.fit(s, y, sample_weight=w), old.fit(s, y, sample_weight=w)
-        np.testing.assert_array_equal(np.asarray(a.knots_x), np.asarray(b.knots_x))
-        np.testing.assert_array_equal(np.asarray(a.knots_y), np.asarray(b.knots_y))
+        assert "rank_preserving" not in repr(new)
         with warnings.catch_warnings():
-            warnings.simplefilter("error")  # replace (and so sklearn's clone) does not warn
+            warnings.simplefilter("error")
             assert dataclasses.replace(new, centered=False) == cls(**kw)
-        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="contradict"):
-            cls(centered=True, rank_preserving=False, **kw)
         with pytest.raises(ValueError, match="centered must be True or False"):
-            cls(centered="yes", **kw).fit(s, y)
+            cls(centered="yes", **kw)
+        with pytest.raises(ValueError, match="centered must be True or False"):
+            dataclasses.replace(new, centered=1)

@@ -17,6 +17,7 @@ from jaxcal.calibrators import _neural_core as core
 from jaxcal.calibrators import neural as nm
 from jaxcal.metrics import field_ece
 
+KEY = jax.random.key(0)  # the initialisation's key (fit requires one)
 B_TOL = 1e-4  # Adam (3000 cosine-decayed steps) vs SLSQP on the same convex problem
 OBJ_TOL = 1e-6  # objective values, relative
 OFFSET_TOL = 0.2  # recovered field offsets (n = 10,000: standard error ~0.07), in logits
@@ -89,7 +90,7 @@ def dip_data():
 def test_no_fields_matches_scipy_on_same_objective(dip_data, lam):
     logits, labels, weights = dip_data
     cal = NeuralCalibration(n_knots=8, isotonic_penalty=lam, n_steps=3000, learning_rate=0.05)
-    fit = cal.fit(logits, labels, sample_weight=weights)
+    fit = cal.fit(logits, labels, sample_weight=weights, key=KEY)
     b_ref, f_ref = scipy_ilps(logits, labels, np.asarray(fit.knots), lam, weights)
     np.testing.assert_allclose(np.asarray(fit.values), b_ref, atol=B_TOL)
     f = float(nm.objective(fit, logits, labels, sample_weight=weights, isotonic_penalty=lam))
@@ -123,7 +124,7 @@ def offset_sim():
 
 def test_recovers_field_offsets_and_beats_global_isotonic(offset_sim):
     offsets, (logits, labels, fields), test = offset_sim[0], offset_sim[1][:3], offset_sim[2]
-    fit = NeuralCalibration(n_steps=500).fit(logits, labels, fields)
+    fit = NeuralCalibration(n_steps=500).fit(logits, labels, fields, key=KEY)
     grid = np.stack([np.arange(5), np.zeros(5, int)], axis=1)
     g = np.asarray(fit.field_offset(grid))
     np.testing.assert_allclose(g - g[2], offsets - offsets[2], atol=OFFSET_TOL)
@@ -143,7 +144,7 @@ def test_recovers_field_offsets_and_beats_global_isotonic(offset_sim):
 @pytest.mark.slow
 def test_minibatch_recovers_offsets_too(offset_sim):
     offsets, (logits, labels, fields) = offset_sim[0], offset_sim[1][:3]
-    full = NeuralCalibration(n_steps=500).fit(logits, labels, fields)
+    full = NeuralCalibration(n_steps=500).fit(logits, labels, fields, key=KEY)
     mini = NeuralCalibration(n_steps=500, batch_size=1024).fit(
         logits, labels, fields, key=jax.random.key(3)
     )
@@ -164,7 +165,7 @@ def test_hard_monotone_eta_is_increasing(seed, slope, spread):
     labels[:2] = [0.0, 1.0]
     fields = rng.integers(0, 3, size=(64, 1))
     fit = NeuralCalibration(monotone="hard", n_knots=6, n_steps=40, hidden=(4,)).fit(
-        logits, labels, fields, cardinalities=(3,)
+        logits, labels, fields, cardinalities=(3,), key=KEY
     )
     assert np.all(np.diff(np.asarray(fit.values)) > 0)
     grid = np.linspace(-4 * spread, 4 * spread, 101)
@@ -176,7 +177,7 @@ def test_hard_monotone_eta_is_increasing(seed, slope, spread):
 def test_save_load_jit_and_no_recompile(tmp_path, offset_sim):
     logits, labels, fields = (a[:2000] for a in offset_sim[1][:3])
     cal = NeuralCalibration(n_steps=50, hidden=(8, 4))
-    fit = cal.fit(logits, labels, fields)
+    fit = cal.fit(logits, labels, fields, key=KEY)
     fit.save(tmp_path / "nc.npz")
     back = jaxcal.load(tmp_path / "nc.npz")
     assert isinstance(back, nm.FittedNeuralCalibration)
@@ -190,15 +191,17 @@ def test_save_load_jit_and_no_recompile(tmp_path, offset_sim):
     np.testing.assert_allclose(np.asarray(jitted(fit, logits, fields)), want, rtol=1e-12)
     # a second fit with the same shapes reuses the compiled trainer
     before = core.train._cache_size()
-    cal.fit(logits[::-1].copy(), labels[::-1].copy(), fields[::-1].copy())
+    cal.fit(logits[::-1].copy(), labels[::-1].copy(), fields[::-1].copy(), key=KEY)
     assert core.train._cache_size() == before
 
 
 def test_probability_scores_equal_logit_scores(dip_data):
     logits, labels, _ = dip_data
     probs = sigmoid(logits)
-    a = NeuralCalibration(n_knots=5, n_steps=200).fit(logits, labels)
-    b = NeuralCalibration(n_knots=5, n_steps=200, score_type="probability").fit(probs, labels)
+    a = NeuralCalibration(n_knots=5, n_steps=200).fit(logits, labels, key=KEY)
+    b = NeuralCalibration(n_knots=5, n_steps=200, score_type="probability").fit(
+        probs, labels, key=KEY
+    )
     np.testing.assert_allclose(np.asarray(a.knots), np.asarray(b.knots), atol=1e-8)
     np.testing.assert_allclose(
         np.asarray(a.predict(logits)), np.asarray(b.predict(probs)), atol=1e-6
@@ -221,25 +224,26 @@ _X = np.array([[0, 1], [1, 0], [2, 1], [0, 0]])
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: NeuralCalibration().fit([0.1, np.nan, 0.2, 0.3], _Y), "non-finite"),
-        (lambda: NeuralCalibration().fit(_L, [0, 2, 0, 1]), "0/1"),
-        (lambda: NeuralCalibration().fit(_L, [0, 0, 0, 0]), "one class"),
-        (lambda: NeuralCalibration().fit(_L, _Y[:3]), "length mismatch"),
-        (lambda: NeuralCalibration().fit(_L, _Y, sample_weight=[1, -1, 1, 1]), "non-negative"),
-        (lambda: NeuralCalibration().fit(_L, _Y, _X[:3]), "length mismatch"),
-        (lambda: NeuralCalibration().fit(_L, _Y, _X - 1), "non-negative"),
-        (lambda: NeuralCalibration().fit(_L, _Y, _X + 0.5), "integer"),
-        (lambda: NeuralCalibration().fit(_L, _Y, _X, cardinalities=(2, 2)), "cardinality"),
-        (lambda: NeuralCalibration().fit(_L, _Y, _X, cardinalities=(3,)), "cardinalities"),
-        (lambda: NeuralCalibration().fit(np.ones(4), _Y), "constant"),
-        (lambda: NeuralCalibration(n_knots=1).fit(_L, _Y), "n_knots"),
-        (lambda: NeuralCalibration(monotone="x").fit(_L, _Y), "monotone"),
-        (lambda: NeuralCalibration(isotonic_penalty=-1.0).fit(_L, _Y), "isotonic_penalty"),
-        (lambda: NeuralCalibration(hidden=[4]).fit(_L, _Y), "hidden"),
-        (lambda: NeuralCalibration(learning_rate=0.0).fit(_L, _Y), "learning_rate"),
-        (lambda: NeuralCalibration(batch_size=0).fit(_L, _Y), "batch_size"),
-        (lambda: NeuralCalibration(score_type="probability").fit(_L + 1, _Y), r"\[0, 1\]"),
-        (lambda: NeuralCalibration().fit(_L, _Y, loss="ips"), "propensit"),
+        (lambda: NeuralCalibration().fit([0.1, np.nan, 0.2, 0.3], _Y, key=KEY), "non-finite"),
+        (lambda: NeuralCalibration().fit(_L, [0, 2, 0, 1], key=KEY), "0/1"),
+        (lambda: NeuralCalibration().fit(_L, [0, 0, 0, 0], key=KEY), "one class"),
+        (lambda: NeuralCalibration().fit(_L, _Y[:3], key=KEY), "length mismatch"),
+        (
+            lambda: NeuralCalibration().fit(_L, _Y, sample_weight=[1, -1, 1, 1], key=KEY),
+            "non-negative",
+        ),
+        (lambda: NeuralCalibration().fit(_L, _Y, _X[:3], key=KEY), "length mismatch"),
+        (lambda: NeuralCalibration().fit(_L, _Y, _X - 1, key=KEY), "non-negative"),
+        (lambda: NeuralCalibration().fit(_L, _Y, _X + 0.5, key=KEY), "integer"),
+        (lambda: NeuralCalibration().fit(_L, _Y, _X, cardinalities=(2, 2), key=KEY), "cardinality"),
+        (lambda: NeuralCalibration().fit(_L, _Y, _X, cardinalities=(3,), key=KEY), "cardinalities"),
+        (lambda: NeuralCalibration().fit(np.ones(4), _Y, key=KEY), "constant"),
+        (lambda: NeuralCalibration(score_type="probability").fit(_L + 1, _Y, key=KEY), r"\[0, 1\]"),
+        (lambda: NeuralCalibration().fit(_L, _Y, loss="ips", key=KEY), "propensit"),
+        (lambda: NeuralCalibration().fit(_L, _Y, key=None), "key is required"),
+        (lambda: NeuralCalibration().fit(_L, _Y, key=0), "key must be a JAX PRNG key"),
+        (lambda: NeuralCalibration().fit_pure(_L, _Y, key=0), "key must be a JAX PRNG key"),
+        (lambda: NeuralCalibration().init_params(_L, (2,), key=None), "key is required"),
     ],
 )
 def test_bad_fit_inputs_raise(call, match):
@@ -247,8 +251,68 @@ def test_bad_fit_inputs_raise(call, match):
         call()
 
 
+def test_fit_requires_a_key():
+    with pytest.raises(TypeError, match="key"):
+        NeuralCalibration().fit(_L, _Y)  # keyword-only, no default
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_knots": 1}, "n_knots"),
+        ({"n_knots": 3.0}, "n_knots"),
+        ({"monotone": "x"}, "monotone"),
+        ({"isotonic_penalty": -1.0}, "isotonic_penalty"),
+        ({"isotonic_penalty": float("nan")}, "isotonic_penalty"),
+        ({"rank": 0}, "rank"),
+        ({"hidden": [4]}, "hidden"),
+        ({"hidden": (4, 0)}, "hidden"),
+        ({"l2": -1e-3}, "l2"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"n_steps": 0}, "n_steps"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"score_type": "odds"}, "score_type"),
+    ],
+)
+def test_bad_hyperparameters_raise_when_made(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NeuralCalibration(**kwargs)
+
+
+def test_key_types_and_the_result_depend_on_the_key():
+    """A typed key and the legacy raw key of the same seed give the same fit; another key
+    another initialisation (so other fitted embeddings)."""
+    cal = NeuralCalibration(n_knots=3, n_steps=5, hidden=(4,))
+    typed = cal.fit(_L, _Y, _X, key=jax.random.key(1))
+    raw = cal.fit(_L, _Y, _X, key=jax.random.PRNGKey(1))
+    other = cal.fit(_L, _Y, _X, key=jax.random.key(2))
+    np.testing.assert_array_equal(np.asarray(typed.embeddings), np.asarray(raw.embeddings))
+    assert not np.allclose(np.asarray(typed.embeddings), np.asarray(other.embeddings))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fitted_leaves_have_the_scores_dtype(dtype, dip_data):
+    """float32 logits give a float32 calibrator (x64 is on in the tests), float64 a float64
+    one; the float32 fit is the float64 fit to float32's accuracy (the same key, the same
+    steps: Adam's rounding differs)."""
+    logits, labels, _ = dip_data
+    fields = (np.arange(logits.size) % 3)[:, None]
+    cal = NeuralCalibration(n_knots=5, n_steps=100, hidden=(4,))
+    fitted = cal.fit(logits.astype(dtype), labels, fields, key=KEY)
+    floats = {a.dtype for a in jax.tree.leaves(fitted) if a.dtype.kind == "f"}
+    assert floats == {np.dtype(dtype)}
+    ref = cal.fit(logits, labels, fields, key=KEY)
+    np.testing.assert_allclose(
+        np.asarray(fitted.predict(logits, fields)),
+        np.asarray(ref.predict(logits, fields)),
+        # float32: Adam divides each step by the gradients' RMS, which carries their float32
+        # rounding into the steps (9e-4 seen after 100 steps)
+        atol=3e-3 if dtype == np.float32 else 0,
+    )
+
+
 def test_bad_predict_inputs_raise():
-    fit = NeuralCalibration(n_steps=5).fit(_L, _Y, _X)
+    fit = NeuralCalibration(n_steps=5).fit(_L, _Y, _X, key=KEY)
     with pytest.raises(ValueError, match="fields=None|pass fields"):
         fit.predict(_L)
     with pytest.raises(ValueError, match="cardinality"):
@@ -257,6 +321,6 @@ def test_bad_predict_inputs_raise():
         fit.predict(_L, _X[:, :1])
     with pytest.raises(ValueError, match="non-finite"):
         fit.predict(np.array([np.nan, 0, 0, 0]), _X)
-    plain = NeuralCalibration(n_steps=5).fit(_L, _Y)
+    plain = NeuralCalibration(n_steps=5).fit(_L, _Y, key=KEY)
     with pytest.raises(ValueError, match="without fields"):
         plain.predict(_L, _X)

@@ -282,7 +282,7 @@ def test_every_fitted_map_is_monotone_on_the_training_range(
         warnings.simplefilter("ignore", SeparableDataWarning)  # separable draws (l2 = 0)
         fitted = ESTIMATORS[name](l2=l2).fit(s, y)
     grid = np.linspace(s.min(), s.max(), 4001)
-    z = np.asarray(fitted.logit(grid))
+    z = np.asarray(fitted.predict_logit(grid))
     assert np.all(np.isfinite(z))
     assert np.all(np.diff(z) >= -1e-9 * (1 + np.abs(z[1:])))
     assert bool(fitted.is_monotone())
@@ -506,9 +506,10 @@ def test_gaussian_generative_fit_is_not_constrained_and_says_so():
     gen = GaussianCalibration(method="generative").fit(s, y)
     disc = GaussianCalibration().fit(s, y)
     grid = np.linspace(s.min(), s.max(), 2001)
-    zg = np.asarray(gen.logit(grid))
+    zg = np.asarray(gen.predict_logit(grid))
     assert np.any(np.diff(zg) < 0) and not bool(gen.is_monotone())
-    assert bool(disc.is_monotone()) and np.all(np.diff(np.asarray(disc.logit(grid))) >= -1e-9)
+    assert bool(disc.is_monotone())
+    assert np.all(np.diff(np.asarray(disc.predict_logit(grid))) >= -1e-9)
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -607,10 +608,11 @@ def test_predict_rejects_nan_but_extrapolates_outside_the_range():
 @pytest.mark.slow  # compiles SVI
 def test_fit_bayes_delegates_to_jaxcal_bayes():
     """The method forwards every argument: same key, same draws as the function."""
+    from jaxcal.bayes import SVI
     from jaxcal.bayes.inference import fit_bayes
 
     s, y, w = make_data("free", seed=110)
-    kw = dict(sample_weight=w, method="svi", num_steps=50, num_samples=20)
+    kw = dict(sample_weight=w, method=SVI(n_steps=50, n_samples=20))
     key = jax.random.key(0)
     a = GaussianCalibration().fit_bayes(s, y, key=key, **kw)
     b = fit_bayes(GaussianCalibration(), s, y, key=key, **kw)

@@ -20,28 +20,21 @@ from _composition import (
 
 import jaxcal
 from jaxcal.calibrators._spline_core import spd_solve
-from jaxcal.calibrators.spline import (
-    quantile_knots,
-    quantile_knots_pure,
-    stratified_folds,
-    stratified_folds_pure,
-)
+from jaxcal.calibrators.spline import quantile_knots, quantile_knots_pure
 
 # small problems, a short grid of penalties: every (penalty, fold) problem is compiled once
-SMALL = {"n_knots": 6, "penalties": (1e-4, 1e-2, 1.0), "cv": 3}
+SMALL = {"n_knots": 6, "penalties": (1e-4, 1e-2, 1.0), "n_folds": 3}
 
 
 def _weights(n, seed=2):
     return np.random.default_rng(seed).uniform(0.5, 1.5, n)
 
 
-def test_folds_and_knots_match_the_eager_rules():
+def test_knots_match_the_eager_rule():
+    """(The folds are jaxcal.fitting.folds', the same traced and eager:
+    tests/fitting/test_folds.py.)"""
     s, y = problem(101, seed=3)
     w = _weights(101)
-    np.testing.assert_array_equal(
-        np.asarray(jax.jit(lambda y: stratified_folds_pure(y, 4, 7))(y)),
-        stratified_folds(y, 4, 7),
-    )
     order = np.argsort(s, kind="stable")
     w[order[:3]] = 0.0  # zero weights at the low end: the range is over positive weights
     knots, distinct = jax.jit(lambda u, w: quantile_knots_pure(u, w, 9))(s[order], w[order])

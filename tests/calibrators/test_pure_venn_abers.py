@@ -13,6 +13,7 @@ import pytest
 import jaxcal
 from jaxcal._fitdata import PureFitData
 from jaxcal.calibrators.venn_abers import FittedVennAbers
+from jaxcal.fitting.folds import stratified_folds
 from tests._composition import (
     PURE_ATOL,
     PURE_RTOL,
@@ -25,7 +26,7 @@ from tests._composition import (
     problem,
 )
 
-CALIBRATORS = {"ivap": jaxcal.VennAbers(), "cvap": jaxcal.VennAbers(cross_folds=3, seed=4)}
+CALIBRATORS = {"ivap": jaxcal.VennAbers(), "cvap": jaxcal.VennAbers(n_folds=3)}
 IDS = list(CALIBRATORS)
 
 
@@ -67,7 +68,7 @@ def test_interval_jit_matches_eager(name):
 def test_fold_ids_concrete_and_traced_match_eager():
     s, y, w = _weighted_problem()
     fold = np.random.default_rng(5).integers(0, 4, s.shape[0])
-    cal = jaxcal.VennAbers(cross_folds=4)
+    cal = jaxcal.VennAbers(n_folds=4)
     grid = grid_of(s)
     eager = cal.fit(s, y, sample_weight=w, fold=fold).interval(grid)
     concrete = jax.jit(lambda s, y: cal.fit(s, y, sample_weight=w, fold=fold).interval(grid))
@@ -118,7 +119,7 @@ def test_jvp_in_labels_matches_fd(name):
     s, y, w = _weighted_problem(120)
     grid = grid_of(s, 23)
     v = np.random.default_rng(3).normal(size=s.shape[0])
-    fold = _folds(cal, y)
+    fold = _folds(cal, s, y, w)
 
     def tables(labels):
         data = PureFitData(jnp.asarray(s), labels, labels, jnp.asarray(w), jnp.bool_(False))
@@ -131,21 +132,23 @@ def test_jvp_in_labels_matches_fd(name):
     np.testing.assert_allclose(np.asarray(public), np.asarray(direct), rtol=1e-12, atol=1e-14)
 
 
-def _folds(cal, y):
-    from jaxcal.calibrators._venn_abers_core import stratified_folds_pure
-
-    if cal.cross_folds is None:
+def _folds(cal, s, y, w):
+    """The default folds of a fit: none for an IVAP, else the deterministic folds."""
+    if cal.n_folds == 1:
         return np.zeros(y.shape[0], np.int32)
-    return np.asarray(stratified_folds_pure(jnp.asarray(y), cal.cross_folds, cal.seed))
+    return stratified_folds(y, cal.n_folds, scores=s, weights=w)
 
 
-def test_stratified_folds_equal_the_eager_ones():
-    from jaxcal.calibrators.venn_abers import _stratified_folds
-
-    _, y = problem(101)
-    for k, seed in ((2, 0), (5, 7)):
-        eager = _stratified_folds(y, np.zeros(y.shape[0], np.int64), k, seed)
-        np.testing.assert_array_equal(_folds(jaxcal.VennAbers(cross_folds=k, seed=seed), y), eager)
+def test_default_folds_inside_jit_are_the_eager_ones():
+    """Traced data: the CVAP's default folds are computed in the program, and are those of
+    the eager fit (given to it as fold ids)."""
+    s, y, w = _weighted_problem()
+    grid = grid_of(s)
+    for k in (2, 5):
+        cal = jaxcal.VennAbers(n_folds=k)
+        eager = cal.fit(s, y, sample_weight=w, fold=_folds(cal, s, y, w)).interval(grid)
+        traced = jax.jit(lambda s, y, w, cal=cal: cal.fit(s, y, sample_weight=w).interval(grid))
+        _assert_interval_matches(eager, traced(s, y, w))
 
 
 def test_ivap_matches_brute_force_isotonic_fits():

@@ -178,9 +178,9 @@ def test_neural_padded_equals_unpadded(hyper, with_fields):
     s[::7] = np.round(s[::7])  # tied quantiles: fewer knots than n_knots
     f = fields if with_fields else None
     cal = jaxcal.NeuralCalibration(n_steps=150, **hyper)
-    padded = cal.fit(s, y, f, sample_weight=w)
+    padded = cal.fit(s, y, f, sample_weight=w, key=jax.random.key(0))
     with _shapes.exact_shapes():
-        exact = cal.fit(s, y, f, sample_weight=w)
+        exact = cal.fit(s, y, f, sample_weight=w, key=jax.random.key(0))
     q, fq = _query(s)[:40], None if f is None else fields[:40]
     np.testing.assert_allclose(
         np.asarray(padded.predict(q, fq)), np.asarray(exact.predict(q, fq)), rtol=0, atol=EXACT
@@ -211,7 +211,7 @@ def test_neural_padded_equals_unpadded(hyper, with_fields):
 def test_neural_new_sizes_compile_nothing(hyper, compiles):
     cal = jaxcal.NeuralCalibration(n_steps=20, **hyper)
     s, y, w, fields = _neural_data(600)
-    fit = cal.fit(s, y, fields, sample_weight=w)
+    fit = cal.fit(s, y, fields, sample_weight=w, key=jax.random.key(0))
     fit.predict(s, fields)
     objective(fit, s, y, fields)
     inputs = [_neural_data(n, seed=2) for n in SIZES]
@@ -222,7 +222,7 @@ def test_neural_new_sizes_compile_nothing(hyper, compiles):
     with compiles() as c:
         for (s, y, w, fields), h in zip(inputs, new, strict=True):
             fit = jaxcal.NeuralCalibration(n_steps=20, **hyper, **h).fit(
-                s, y, fields, sample_weight=w
+                s, y, fields, sample_weight=w, key=jax.random.key(0)
             )
             jax.block_until_ready(fit.predict(s, fields))
             jax.block_until_ready(objective(fit, s, y, fields, isotonic_penalty=h["l2"]))

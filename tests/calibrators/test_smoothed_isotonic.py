@@ -136,6 +136,35 @@ def test_correction_bad_inputs(probs, rate, match):
         jaxcal.negative_downsampling_correction(probs, rate)
 
 
-def test_bad_hyper():
-    with pytest.raises(ValueError, match="n_buckets"):
-        jaxcal.SmoothedIsotonic(n_buckets=0).fit([0.1, 0.2], [0, 1])
+@pytest.mark.parametrize(
+    ("hyper", "match"),
+    [
+        ({"n_buckets": 0}, "n_buckets"),
+        ({"n_buckets": 2.0}, "n_buckets"),
+        ({"increasing": "yes"}, "increasing"),
+        ({"centered": None}, "centered"),
+    ],
+)
+def test_bad_hyper_raises_when_made(hyper, match):
+    with pytest.raises(ValueError, match=match):
+        jaxcal.SmoothedIsotonic(**hyper)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fitted_leaves_have_the_scores_dtype(dtype):
+    """float32 scores give float32 knots (x64 is on in the tests), float64 float64; the
+    float32 knots are the float64 fit's rounded (bucket means of float32 scores)."""
+    rng = np.random.default_rng(16)
+    s = rng.normal(size=500)
+    y = (rng.uniform(size=500) < 1 / (1 + np.exp(-s))).astype(int)
+    s = s.astype(dtype)
+    for centered in (False, True):
+        cal = jaxcal.SmoothedIsotonic(n_buckets=20, centered=centered)
+        fitted = cal.fit(s, y)
+        floats = {a.dtype for a in jax.tree.leaves(fitted) if a.dtype.kind == "f"}
+        assert floats == {np.dtype(dtype)}
+        ref = cal.fit(s.astype(np.float64), y)
+        tol = 1e-6 if dtype == np.float32 else 0  # float32 bucket sums
+        np.testing.assert_allclose(np.asarray(fitted.knots_x), ref.knots_x, rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.asarray(fitted.knots_y), ref.knots_y, rtol=tol, atol=tol)
+        assert fitted.predict(s.astype(np.float64)).dtype == dtype

@@ -12,6 +12,7 @@ from scipy.optimize import minimize
 
 import jaxcal
 from jaxcal.calibrators._spline_core import natural_spline_basis, spline_logit
+from jaxcal.fitting.folds import stratified_folds
 
 RTOL64 = 1e-10
 
@@ -122,7 +123,7 @@ def test_fixed_penalty_fit_is_the_oracles_optimum(monotone):
     ours = np.mean(np.logaddexp(0, z) - y * z) + 0.5 * lam * th @ Omega @ th
     assert ours <= F + 1e-13  # at least as low as scipy's optimum
     np.testing.assert_allclose(th, theta, atol=2e-5)  # L-BFGS-B's own accuracy
-    np.testing.assert_allclose(np.asarray(cal.logit(s)), z, rtol=RTOL64, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(cal.predict_logit(s)), z, rtol=RTOL64, atol=1e-12)
     assert bool(cal.status.converged) and float(cal.status.kkt_residual) < 1e-9
     if monotone:
         assert np.all(th[1:] >= 0) and bool(cal.is_monotone())
@@ -145,10 +146,8 @@ def test_monotone_fit_equals_unconstrained_when_that_is_monotone():
 def test_cross_validation_choice_is_brute_force():
     s, y = _data(300, seed=3)
     grid = [1e-6, 1e-4, 1e-2, 1.0]
-    cal = jaxcal.SplineCalibration(n_knots=6, penalties=grid, cv=3, random_state=7).fit(s, y)
-    from jaxcal.calibrators.spline import stratified_folds
-
-    folds = stratified_folds(y, 3, 7)
+    cal = jaxcal.SplineCalibration(n_knots=6, penalties=grid, n_folds=3).fit(s, y)
+    folds = stratified_folds(y, 3)  # the deterministic folds (tests/fitting/test_folds.py)
     knots = np.asarray(cal.knots)
     X, _ = _oracle_design(knots, s)
     cv = []
@@ -162,17 +161,31 @@ def test_cross_validation_choice_is_brute_force():
         cv.append(loss / s.size)
     np.testing.assert_allclose(np.asarray(cal.cv_loss), cv, rtol=1e-7)
     assert float(cal.penalty) == grid[int(np.argmin(cv))]
-    # folds are stratified: each holds a third of each label, within one row
-    for label in (0, 1):
-        counts = np.bincount(folds[y == label], minlength=3)
-        assert counts.max() - counts.min() <= 1
+    # the same folds on every fit: the same choice and losses
+    again = jaxcal.SplineCalibration(n_knots=6, penalties=grid, n_folds=3).fit(s, y)
+    np.testing.assert_array_equal(np.asarray(again.cv_loss), np.asarray(cal.cv_loss))
 
 
 def test_recovers_a_known_calibration_curve():
+    """The cross-validated penalty is the one of the best population log loss (computed
+    from the known curve by quadrature over the score density) to within one grid step,
+    and the fit follows the curve. Folds balanced in score would choose the smallest
+    penalty here (``jaxcal.fitting.folds``): this checks that they are not."""
     s, y = _data(10_000, seed=5)
     grid = np.logspace(-8, 0, 9)
-    cal = jaxcal.SplineCalibration(n_knots=12, penalties=grid, cv=3).fit(s, y)
+    cal = jaxcal.SplineCalibration(n_knots=12, penalties=grid, n_folds=3).fit(s, y)
     assert grid[0] < float(cal.penalty) < grid[-1]  # an interior choice: neither extreme
+    # population log loss of the fit at each penalty: E_s[KL(truth || fit)] + const
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)  # s ~ N(0, 1)
+    q = 1 / (1 + np.exp(-_truth(nodes)))
+    population = []
+    for lam in grid:
+        z = np.asarray(
+            jaxcal.SplineCalibration(n_knots=12, penalties=[lam]).fit(s, y).predict_logit(nodes)
+        )
+        population.append(weights @ (np.logaddexp(0, z) - q * z) / weights.sum())
+    best = int(np.argmin(population))
+    assert abs(int(np.flatnonzero(grid == float(cal.penalty))[0]) - best) <= 1, population
     grid = np.linspace(-2, 2, 81)
     p = np.asarray(cal.predict(grid))
     truth = 1 / (1 + np.exp(-_truth(grid)))
@@ -208,7 +221,7 @@ def test_logit_input_weights_ips_and_affine_invariance(tmp_path):
 
 def test_new_size_in_bucket_and_new_penalties_compile_nothing(compiles):
     s, y = _data(700, seed=4)
-    kw = dict(n_knots=6, cv=3)
+    kw = dict(n_knots=6, n_folds=3)
     jaxcal.SplineCalibration(penalties=[1e-5, 1e-3], **kw).fit(s[:600], y[:600]).predict(s)
     with compiles() as c:
         cal = jaxcal.SplineCalibration(penalties=[1e-4, 1e-1], **kw).fit(s[:650], y[:650])
@@ -217,20 +230,58 @@ def test_new_size_in_bucket_and_new_penalties_compile_nothing(compiles):
 
 
 @pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_knots": 2}, "n_knots"),
+        ({"n_knots": 5.5}, "n_knots"),
+        ({"on": "probability"}, "on must be"),
+        ({"monotone": "yes"}, "monotone"),
+        ({"penalties": [1e-3, -1.0]}, "penalties"),
+        ({"penalties": []}, "penalties"),
+        ({"penalties": "abc"}, "penalties"),
+        ({"n_folds": 1}, "n_folds"),
+        ({"n_folds": True}, "n_folds"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"tol": 0.0}, "tol"),
+    ],
+)
+def test_bad_hyperparameters_raise_when_made(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        jaxcal.SplineCalibration(**kwargs)
+
+
+@pytest.mark.parametrize(
     ("kwargs", "scores", "match"),
     [
-        ({"n_knots": 2}, None, "n_knots"),
-        ({"on": "probability"}, None, "on must be"),
-        ({"penalties": [1e-3, -1.0]}, None, "penalties"),
-        ({"penalties": []}, None, "penalties"),
-        ({"cv": 1}, None, "cv must be"),
         ({"on": "logit"}, "scores", r"\[0, 1\]"),
         ({}, "two", "distinct"),
+        ({"n_folds": 5}, "few", "n_folds=5"),
     ],
 )
 def test_bad_input_raises_value_error(kwargs, scores, match):
     s, y = _data(60)
+    w = None
     if scores == "two":
         s = np.where(s > 0, 1.0, 0.0)
+    if scores == "few":  # 4 rows of positive weight for 5 folds
+        w = np.zeros(60)
+        w[[np.argmin(y), np.argmax(y), 10, 11]] = 1.0
     with pytest.raises(ValueError, match=match):
-        jaxcal.SplineCalibration(**kwargs).fit(s, y)
+        jaxcal.SplineCalibration(**kwargs).fit(s, y, sample_weight=w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fitted_leaves_have_the_scores_dtype(dtype):
+    """float32 scores give a float32 map (x64 is on in the tests) that is the float64 map
+    to float32's accuracy; float64 scores a float64 map."""
+    s, y = _data(400, seed=6)
+    cal = jaxcal.SplineCalibration(n_knots=6, penalties=[1e-4, 1e-2], n_folds=3)
+    fitted = cal.fit(s.astype(dtype), y)
+    floats = {a.dtype for a in jax.tree.leaves(fitted) if a.dtype.kind == "f"}
+    assert floats == {np.dtype(dtype)}
+    ref = cal.fit(s, y)
+    assert int(np.argmin(fitted.cv_loss)) == int(np.argmin(ref.cv_loss))  # the same choice
+    grid = np.linspace(-2, 2, 21)
+    # float32: the solver's float32 tolerance (1e-7 in units of the mean loss)
+    tol = 1e-4 if dtype == np.float32 else 0.0
+    np.testing.assert_allclose(np.asarray(fitted.predict(grid)), ref.predict(grid), atol=tol)

@@ -15,6 +15,7 @@ from sklearn.isotonic import IsotonicRegression
 
 import jaxcal
 from jaxcal.calibrators.venn_abers import FittedVennAbers
+from jaxcal.fitting.folds import stratified_folds
 
 EXACT = 1e-10  # float64 against the oracles
 
@@ -157,7 +158,7 @@ def test_cvap_equals_mapie_on_its_folds(ties):
     splits = StratifiedKFold(k, shuffle=True, random_state=7).split(s[:, None], y)
     for f, (_, calib) in enumerate(splits):
         fold[calib] = f
-    fitted = jaxcal.VennAbers(cross_folds=k).fit(s, y, fold=fold)
+    fitted = jaxcal.VennAbers(n_folds=k).fit(s, y, fold=fold)
     inside = t <= min(s[fold == f].max() for f in range(k))  # as in the IVAP test
     got = np.asarray(fitted.predict(t))
     np.testing.assert_allclose(got[inside], p[inside, 1], rtol=0, atol=EXACT)
@@ -175,7 +176,7 @@ def test_cvap_per_fold_scores_merge_the_folds_ivaps():
     s, y = rng.normal(size=120), rng.integers(0, 2, 120)
     fold = np.arange(120) % 3
     t = rng.normal(size=(3, 9))
-    fitted = jaxcal.VennAbers(cross_folds=3).fit(s, y, fold=fold)
+    fitted = jaxcal.VennAbers(n_folds=3).fit(s, y, fold=fold)
     lo, hi = (np.asarray(a) for a in fitted.interval(t, per_fold_scores=True))
     p0, p1 = np.empty((3, 9)), np.empty((3, 9))
     for f in range(3):
@@ -187,16 +188,19 @@ def test_cvap_per_fold_scores_merge_the_folds_ivaps():
     np.testing.assert_allclose(np.asarray(same), np.asarray(fitted.predict(t[0])), atol=EXACT)
 
 
-@pytest.mark.parametrize("cross_folds", [None, 3])
-def test_batched_fits_equal_a_loop(cross_folds):
+@pytest.mark.parametrize("n_folds", [1, 3])
+@pytest.mark.parametrize("given_folds", [False, True])
+def test_batched_fits_equal_a_loop(n_folds, given_folds):
+    """Batched fits (group ids, or [B, n] with a mask) equal a loop of single fits, with
+    fold ids given or the default deterministic folds (each problem dealt on its own)."""
     rng = np.random.default_rng(6)
     n, groups = 240, np.array([7, -2, 30, 5])
     s = np.round(rng.normal(size=n), 1)
     g = groups[rng.integers(0, 4, n)]
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-s))).astype(int)
-    fold = rng.integers(0, 3, n) if cross_folds else None
+    fold = rng.integers(0, 3, n) if n_folds > 1 and given_folds else None
     t = rng.normal(size=(4, 11))
-    va = jaxcal.VennAbers(cross_folds=cross_folds)
+    va = jaxcal.VennAbers(n_folds=n_folds)
     batch = va.fit_batch(s, y, group=g, fold=fold)
     assert batch.batch_shape == (4,)
     lo, hi = (np.asarray(a) for a in batch.interval(t))
@@ -218,38 +222,43 @@ def test_batched_fits_equal_a_loop(cross_folds):
     np.testing.assert_allclose(np.asarray(masked.predict(t)), np.asarray(batch.predict(t)))
 
 
-def test_default_folds_are_stratified_and_seeded():
-    """Each fold's calibration points, read back from the fitted tables (all scores
-    distinct, so a fold's runs are its points), hold the classes in the proportion of the
-    whole set to within one example, for several fold counts, seeds and base rates; the
-    same seed gives the same folds, another seed other folds."""
+def test_default_folds_are_the_shared_deterministic_folds():
+    """Without fold ids, CVAP fold k is the IVAP of the calibration points that
+    ``jaxcal.fitting.folds.stratified_folds`` puts in fold k (read back from the fitted
+    tables: all scores distinct, so a fold's runs are its points), and the predictor equals
+    the brute-force merge of those folds' IVAPs (scikit-learn isotonic fits); the folds are
+    stratified (each fold's positives within one row of its share) and the same on every
+    fit."""
     rng = np.random.default_rng(8)
     s = rng.normal(size=101)
-    for rate, k, seed in [(0.5, 4, 1), (0.3, 3, 0), (0.1, 5, 7), (0.7, 2, 3), (0.25, 7, 11)]:
+    t = np.linspace(-2.5, 2.5, 9)
+    for rate, k in [(0.5, 4), (0.3, 3), (0.1, 5), (0.7, 2), (0.25, 7)]:
         y = (rng.uniform(size=101) < rate).astype(int)
         y[:2] = [0, 1]
-        fitted = jaxcal.VennAbers(cross_folds=k, seed=seed).fit(s, y)
-        label = dict(zip(np.asarray(fitted.scaling.apply(s)).tolist(), y, strict=True))
+        fitted = jaxcal.VennAbers(n_folds=k).fit(s, y)
+        fold = stratified_folds(y, k, scores=s)
         edges = np.asarray(fitted.edges)
         start, count = np.asarray(fitted.run_start)[:k], np.asarray(fitted.run_count)[:k]
-        folds = [edges[a : a + c].tolist() for a, c in zip(start, count, strict=True)]
-        assert sorted(e for f in folds for e in f) == sorted(label)  # a partition of the set
-        for f in folds:
-            positives = sum(label[e] for e in f)
-            assert abs(positives - len(f) * y.mean()) < 1, (rate, k, seed, positives, len(f))
-        assert max(map(len, folds)) - min(map(len, folds)) <= 2
-    a = jaxcal.VennAbers(cross_folds=4, seed=1).fit(s, y)
-    b = jaxcal.VennAbers(cross_folds=4, seed=1).fit(s, y)
-    c = jaxcal.VennAbers(cross_folds=4, seed=2).fit(s, y)
-    assert np.array_equal(np.asarray(a.predict(s)), np.asarray(b.predict(s)))
-    assert not np.array_equal(np.asarray(a.predict(s)), np.asarray(c.predict(s)))
+        for f, (a, c) in enumerate(zip(start, count, strict=True)):
+            np.testing.assert_array_equal(edges[a : a + c], np.sort(s[fold == f]))
+            positives = y[fold == f].sum()
+            assert abs(positives - c * y.mean()) < 1, (rate, k, positives, c)
+        p0, p1 = np.empty((k, t.size)), np.empty((k, t.size))
+        for f in range(k):
+            m = fold == f
+            p0[f], p1[f] = _brute_ivap(s[m], y[m], np.ones(m.sum()), t, 1.0)
+        lo, hi = (np.asarray(a) for a in fitted.interval(t))
+        np.testing.assert_allclose(hi, np.exp(np.log(p1).mean(0)), rtol=0, atol=EXACT)
+        np.testing.assert_allclose(lo, 1 - np.exp(np.log1p(-p0).mean(0)), rtol=0, atol=EXACT)
+        again = jaxcal.VennAbers(n_folds=k).fit(s, y)
+        np.testing.assert_array_equal(np.asarray(again.predict(t)), np.asarray(fitted.predict(t)))
 
 
 def test_save_load_jit_and_no_recompile(tmp_path, compiles):
     rng = np.random.default_rng(9)
     s, y = rng.normal(size=300), rng.integers(0, 2, 300)
     q = rng.normal(size=(5, 7))
-    for va in (jaxcal.VennAbers(), jaxcal.VennAbers(cross_folds=3)):
+    for va in (jaxcal.VennAbers(), jaxcal.VennAbers(n_folds=3)):
         fitted = va.fit(s, y)
         p = np.asarray(fitted.predict(q))
         assert p.shape == q.shape and np.asarray(fitted.interval(q)[0]).shape == q.shape
@@ -269,19 +278,19 @@ def test_save_load_jit_and_no_recompile(tmp_path, compiles):
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda s, y: jaxcal.VennAbers(cross_folds=1).fit(s, y), "cross_folds"),
-        (lambda s, y: jaxcal.VennAbers(cross_folds=True).fit(s, y), "cross_folds"),
-        (lambda s, y: jaxcal.VennAbers(seed=0.5).fit(s, y), "seed"),
-        (lambda s, y: jaxcal.VennAbers().fit(s, y, fold=np.zeros(40, int)), "cross_folds"),
-        (lambda s, y: jaxcal.VennAbers(cross_folds=3).fit(s, y, fold=np.full(40, 3)), r"\[0, 3\)"),
-        (lambda s, y: jaxcal.VennAbers(cross_folds=3).fit(s, y, fold=np.zeros(3, int)), "fold"),
+        (lambda s, y: jaxcal.VennAbers(n_folds=0), "n_folds"),
+        (lambda s, y: jaxcal.VennAbers(n_folds=True), "n_folds"),
+        (lambda s, y: jaxcal.VennAbers(n_folds=2.0), "n_folds"),
+        (lambda s, y: jaxcal.VennAbers().fit(s, y, fold=np.zeros(40, int)), "n_folds"),
+        (lambda s, y: jaxcal.VennAbers(n_folds=3).fit(s, y, fold=np.full(40, 3)), r"\[0, 3\)"),
+        (lambda s, y: jaxcal.VennAbers(n_folds=3).fit(s, y, fold=np.zeros(3, int)), "fold"),
         (
             lambda s, y: jaxcal.VennAbers().fit(s, y, propensity=np.full(40, 0.5), loss="ips"),
             "0/1 labels",
         ),
         (lambda s, y: jaxcal.VennAbers().fit(s, y).predict(s, per_fold_scores=True), "cross"),
         (
-            lambda s, y: jaxcal.VennAbers(cross_folds=2).fit(s, y).predict(s, per_fold_scores=True),
+            lambda s, y: jaxcal.VennAbers(n_folds=2).fit(s, y).predict(s, per_fold_scores=True),
             "leading",
         ),
         (
@@ -353,3 +362,24 @@ def test_compiled_cpu_tables_equal_the_portable_ones(dtype):
     slack = 1e3 * np.finfo(dtype).eps  # the CSD's running sums round (both paths alike)
     assert min(p0.min(), p1.min()) > -slack and max(p0.max(), p1.max()) < 1 + slack
     assert np.ptp(p1) > 0.5 and np.ptp(p0) > 0.5  # not a degenerate layout
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fitted_leaves_have_the_scores_dtype(dtype):
+    """float32 scores give float32 tables (x64 is on in the tests), float64 give float64,
+    for the IVAP, the CVAP and batched fits; the float32 tables equal the float64 ones to
+    float32 rounding (the CSD's sums in float32)."""
+    rng = np.random.default_rng(12)
+    s = rng.normal(size=300)
+    y = (rng.uniform(size=300) < 1 / (1 + np.exp(-s))).astype(int)
+    g = rng.integers(0, 3, 300)
+    t = np.linspace(-2, 2, 17)
+    for va in (jaxcal.VennAbers(), jaxcal.VennAbers(n_folds=3)):
+        fits = [va.fit(s.astype(dtype), y), va.fit_batch(s.astype(dtype), y, group=g)]
+        refs = [va.fit(s, y), va.fit_batch(s, y, group=g)]
+        for fitted, ref in zip(fits, refs, strict=True):
+            floats = {a.dtype for a in jax.tree.leaves(fitted) if a.dtype.kind == "f"}
+            assert floats == {np.dtype(dtype)}
+            q = t if fitted.batch_shape == () else np.broadcast_to(t, (3, t.size))
+            got, want = np.asarray(fitted.interval(q)), np.asarray(ref.interval(q))
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 if dtype == np.float32 else 0)

@@ -12,6 +12,7 @@ import jaxcal
 from jaxcal.clicks import (
     DBN,
     RankCalibration,
+    Sessions,
     calibrate_click_model,
     example_params,
     perplexity,
@@ -40,8 +41,8 @@ def test_per_rank_fit_equals_sklearn():
     probs, clicks, mask, weight = _dev()
     fitted = RankCalibration(trim=TRIM).fit(probs, clicks, mask, sample_weight=weight)
     grid = np.linspace(-0.1, 1.1, 241)
-    got_grid = np.asarray(fitted.apply(np.tile(grid[:, None], (1, probs.shape[1]))))
-    got_dev = np.asarray(fitted.apply(probs))
+    got_grid = np.asarray(fitted.predict(np.tile(grid[:, None], (1, probs.shape[1]))))
+    got_dev = np.asarray(fitted.predict(probs))
     for r in range(probs.shape[1]):
         sel = mask[:, r]
         iso = IsotonicRegression(y_min=TRIM, y_max=1 - TRIM, out_of_bounds="clip")
@@ -59,7 +60,7 @@ def test_one_class_and_empty_ranks():
     mask[:, 3] = False
     fitted = RankCalibration(trim=TRIM).fit(probs, clicks, mask, sample_weight=weight)
     grid = np.linspace(-0.1, 1.1, 241)
-    got = np.asarray(fitted.apply(np.tile(grid[:, None], (1, probs.shape[1]))))
+    got = np.asarray(fitted.predict(np.tile(grid[:, None], (1, probs.shape[1]))))
     for r in (1, 2):
         sel = mask[:, r]
         iso = IsotonicRegression(y_min=TRIM, y_max=1 - TRIM, out_of_bounds="clip")
@@ -74,17 +75,17 @@ def test_calibrated_perplexity_on_dev_never_worse():
     model's probabilities clipped to that range."""
     probs, clicks, mask, weight = _dev(1)
     fitted = RankCalibration(trim=TRIM).fit(probs, clicks, mask, sample_weight=weight)
-    cal = perplexity(fitted.apply(probs), clicks, mask, sample_weight=weight).by_rank
+    cal = perplexity(fitted.predict(probs), clicks, mask, sample_weight=weight).by_rank
     raw = perplexity(np.clip(probs, TRIM, 1 - TRIM), clicks, mask, sample_weight=weight).by_rank
     assert np.all(np.asarray(cal) <= np.asarray(raw) + 1e-12)
     assert np.all(np.asarray(cal) < np.asarray(raw) - 1e-3)  # and here strictly better
     # trimmed range
-    out = np.asarray(fitted.apply(probs))
+    out = np.asarray(fitted.predict(probs))
     assert out.min() >= TRIM - 1e-15 and out.max() <= 1 - TRIM + 1e-15
 
 
 def test_calibrated_click_model_composes_and_round_trips(tmp_path):
-    p = example_params("DBN", n_queries=4)
+    p = example_params("DBN", n_queries=4, key=jax.random.key(0))
     train = simulate("DBN", p, 2000, key=jax.random.key(0))
     dev = simulate("DBN", p, 1000, key=jax.random.key(1))
     model = DBN().fit(train, prior=(1, 10), max_iter=10)
@@ -94,7 +95,7 @@ def test_calibrated_click_model_composes_and_round_trips(tmp_path):
         raw = getattr(model, f"predict_{kind}")(dev)
         direct = RankCalibration().fit(raw, dev.clicks, dev.mask)
         np.testing.assert_allclose(
-            getattr(cal, f"predict_{kind}")(dev), direct.apply(raw), atol=EXACT
+            getattr(cal, f"predict_{kind}")(dev), direct.predict(raw), atol=EXACT
         )
     # calibration on dev beats the prior-(1, 10) model on dev (optimality, marginal)
     ppl_raw = perplexity(np.clip(model.predict_marginal(dev), TRIM, 1 - TRIM), dev.clicks)
@@ -108,7 +109,7 @@ def test_calibrated_click_model_composes_and_round_trips(tmp_path):
     np.testing.assert_array_equal(back.predict_marginal(dev), cal.predict_marginal(dev))
     raw = model.predict_marginal(dev)
     np.testing.assert_allclose(
-        jax.jit(lambda f, x: f.apply(x))(cal.marginal, raw), cal.marginal.apply(raw), atol=0
+        jax.jit(lambda f, x: f.predict(x))(cal.marginal, raw), cal.marginal.predict(raw), atol=0
     )
 
 
@@ -131,8 +132,11 @@ def test_reliability_by_rank_equals_direct_bucketing():
 
 def test_bad_input_raises():
     probs, clicks, mask, _ = _dev()
+    for trim in (0.6, -0.1, 0.5, float("nan"), "0.1", True):  # checked when made
+        with pytest.raises(ValueError, match="trim"):
+            RankCalibration(trim=trim)
     with pytest.raises(ValueError, match="trim"):
-        RankCalibration(trim=0.6).fit(probs, clicks)
+        calibrate_click_model(DBN().fit(Sessions.from_arrays([0], [[1]], [[1]])), None, trim=1)
     with pytest.raises(ValueError, match="probabilities"):
         RankCalibration().fit(probs + 1, clicks)
     with pytest.raises(ValueError, match="0/1"):
@@ -143,6 +147,6 @@ def test_bad_input_raises():
         reliability_by_rank(probs, clicks, n_bins=0)
     fitted = RankCalibration().fit(probs, clicks)
     with pytest.raises(ValueError, match="ranks"):
-        fitted.apply(np.zeros((3, 9)))
+        fitted.predict(np.zeros((3, 9)))
     with pytest.raises(ValueError, match="fitted click model"):
         calibrate_click_model(probs, None)

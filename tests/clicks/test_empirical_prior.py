@@ -81,7 +81,9 @@ def test_no_overdispersion_stops_at_the_bound_at_the_pooled_rate():
 def test_pair_evidence_counts_clicks_and_examinations():
     """Clicks and sum of P(C_r = 1 | C_<r) / alpha per pair, against a loop over sessions of
     the fitted model's own predictions."""
-    log = simulate("DBN", example_params("DBN", n_queries=5), 300, key=jax.random.key(0))
+    log = simulate(
+        "DBN", example_params("DBN", n_queries=5, key=jax.random.key(0)), 300, key=jax.random.key(0)
+    )
     fit = DBN().fit(log, max_iter=5)
     index, qd = encode_pairs(log)
     P = len(index.query)
@@ -144,7 +146,9 @@ def test_on_the_real_log_the_learned_prior_beats_the_default(tiangong, tmp_path)
 
 
 def test_bad_prior_names_are_refused():
-    log = simulate("PBM", example_params("PBM", n_queries=2), 20, key=jax.random.key(0))
+    log = simulate(
+        "PBM", example_params("PBM", n_queries=2, key=jax.random.key(0)), 20, key=jax.random.key(0)
+    )
     with pytest.raises(ValueError, match='"empirical"'):
         PBM().fit(log, prior="empiric")
     with pytest.raises(ValueError, match="has none"):

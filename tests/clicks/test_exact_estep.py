@@ -140,7 +140,7 @@ def _fitted_from(name, alpha, theta, n):
         params["lambda"] = jnp.asarray(theta["lambda"])
     if name == "CCM":
         params["tau"] = jnp.asarray(theta["tau"])
-    return MODELS[name].fitted_cls(
+    return MODELS[name].fitted_class(
         pair_query=np.zeros(n, np.int32),
         pair_doc=np.arange(n, dtype=np.int32),
         params=params,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxcal
-from jaxcal.clicks import MODELS, Sessions, example_params, simulate
+from jaxcal.clicks import MODELS, RunOptions, Sessions, example_params, simulate
 
 from ._bruteforce import posterior
 
@@ -211,11 +211,11 @@ def test_em_iterations_equal_bruteforce(name):
 # ----------------------------------------------------------------- invariances
 @pytest.mark.parametrize("name", ["DCM", "UBM", "CCM"])
 def test_dedup_equals_no_dedup(name):
-    p = example_params(name, n_queries=3)
+    p = example_params(name, n_queries=3, key=jax.random.key(0))
     log = simulate(name, p, 3000, key=jax.random.key(4), shuffle=False)
     assert log.deduplicate().n_sessions < log.n_sessions  # real savings
-    fa = MODELS[name]().fit(log, max_iter=15, dedup=True)
-    fb = MODELS[name]().fit(log, max_iter=15, dedup=False)
+    fa = MODELS[name]().fit(log, max_iter=15, run=RunOptions(dedup=True))
+    fb = MODELS[name]().fit(log, max_iter=15, run=RunOptions(dedup=False))
     for k in fa.params:
         np.testing.assert_allclose(fa.params[k], fb.params[k], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(
@@ -229,8 +229,8 @@ def test_weights_equal_repetition():
     weighted = Sessions.from_arrays(
         log.query, log.doc, log.clicks, log.mask, np.arange(1, log.n_sessions + 1)
     )
-    fa = MODELS["DBN"]().fit(weighted, max_iter=10, dedup=False)
-    fb = MODELS["DBN"]().fit(weighted.expand(), max_iter=10, dedup=False)
+    fa = MODELS["DBN"]().fit(weighted, max_iter=10, run=RunOptions(dedup=False))
+    fb = MODELS["DBN"]().fit(weighted.expand(), max_iter=10, run=RunOptions(dedup=False))
     for k in fa.params:
         np.testing.assert_allclose(fa.params[k], fb.params[k], rtol=1e-10)
 
@@ -238,7 +238,9 @@ def test_weights_equal_repetition():
 # ----------------------------------------------------------------- save / load, jit
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_save_load_round_trip(name, tmp_path):
-    log = simulate(name, example_params(name, n_queries=2), 300, key=jax.random.key(6))
+    log = simulate(
+        name, example_params(name, n_queries=2, key=jax.random.key(0)), 300, key=jax.random.key(6)
+    )
     fitted = MODELS[name]().fit(log, max_iter=5, prior=(2, 9))
     path = tmp_path / f"{name}.npz"
     fitted.save(path)
@@ -259,7 +261,9 @@ def test_save_load_round_trip(name, tmp_path):
 def test_fitted_model_is_a_jittable_pytree_and_refit_does_not_recompile():
     from jaxcal.clicks._em import run_em
 
-    log = simulate("DBN", example_params("DBN", n_queries=2), 500, key=jax.random.key(7))
+    log = simulate(
+        "DBN", example_params("DBN", n_queries=2, key=jax.random.key(0)), 500, key=jax.random.key(7)
+    )
     fitted = MODELS["DBN"]().fit(log, max_iter=5)
     doubled = jax.jit(lambda f: jax.tree_util.tree_map(lambda x: 2 * x, f.params))(fitted)
     np.testing.assert_allclose(doubled["gamma"], 2 * fitted.params["gamma"])
@@ -277,7 +281,7 @@ def test_fitted_model_is_a_jittable_pytree_and_refit_does_not_recompile():
         ({"prior": 3}, "prior"),
         ({"max_iter": 0}, "max_iter"),
         ({"tol": -1.0}, "tol"),
-        ({"mesh": "cpu"}, "mesh"),
+        ({"run": "cpu"}, "run"),
     ],
 )
 def test_bad_options_raise(kwargs, message):

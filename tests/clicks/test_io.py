@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxcal.clicks import (
+    RunOptions,
     Sessions,
     iter_tiangong,
     iter_yandex,
@@ -260,8 +261,8 @@ def test_iter_parquet_chunks_equal_one_shot(tmp_path):
     ).deduplicate()
     assert merged.n_sessions < log.n_sessions
     _assert_same(merged, log.deduplicate())
-    one = DBN().fit(whole, dedup=False, max_iter=20, tol=0.0)
-    streamed = DBN().fit(merged, dedup=False, max_iter=20, tol=0.0)
+    one = DBN().fit(whole, max_iter=20, tol=0.0, run=RunOptions(dedup=False))
+    streamed = DBN().fit(merged, max_iter=20, tol=0.0, run=RunOptions(dedup=False))
     assert int(one.n_iter) == int(streamed.n_iter) == 20
     for k in one.params:  # the same sums in another order: float64 rounding only
         np.testing.assert_allclose(streamed.params[k], one.params[k], rtol=1e-10, atol=1e-12)

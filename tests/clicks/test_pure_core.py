@@ -44,7 +44,7 @@ EM_MODELS = ["PBM", "UBM", "DBN", "CCM"]
 
 
 def _log(name, seed, n_sessions=300, n_queries=3, n_results=5):
-    params = example_params(name, n_queries=n_queries, n_results=n_results)
+    params = example_params(name, n_queries=n_queries, n_results=n_results, key=jax.random.key(0))
     return simulate(name, params, n_sessions, key=jax.random.key(seed))
 
 
@@ -153,7 +153,7 @@ def test_vmap_over_logs_equals_a_loop(name):
 
     priors = np.array([[1.0, 2.0], [2.0, 5.0], [1.0, 3.0]])
     batched, probs = jax.jit(jax.vmap(fit_predict))(stacked, priors)
-    pair_params = model.fitted_cls.pair_params()
+    pair_params = model.fitted_class.pair_params()
     for i, log in enumerate(logs):
         arrays, pairs = encode_sessions(log)  # its own shapes: no padding
         alone = fit_arrays(model, arrays, prior=tuple(priors[i]), max_iter=40, tol=1e-9)

@@ -170,7 +170,7 @@ def test_cascade_approximations_exact_in_their_limit():
 
 @pytest.mark.parametrize("name", ["GCTR", "RCTR"])
 def test_ctr_baselines_recovered(name):
-    p = example_params(name)
+    p = example_params(name, key=jax.random.key(0))
     log = simulate(name, p, 20_000, key=jax.random.key(2))
     rho = np.asarray(MODELS[name]().fit(log).params["rho"])
     n = 20_000 * (10 if name == "GCTR" else 1)

@@ -13,7 +13,7 @@ from jaxcal.reproduce import borisov2018
 
 @pytest.mark.slow  # ~20 s CPU: 3 fits x 2 priors + calibrations, compiles
 def test_run_study_rows_match_direct_computation():
-    p = example_params("DCM", n_queries=5)
+    p = example_params("DCM", n_queries=5, key=jax.random.key(0))
     train, dev, test = (
         simulate("DCM", p, n, key=jax.random.key(i)) for i, n in enumerate((800, 200, 200))
     )

@@ -13,6 +13,7 @@ from jaxcal import _shapes
 from jaxcal.clicks import (
     MODELS,
     RankCalibration,
+    RunOptions,
     Sessions,
     ctr_error,
     log_likelihood,
@@ -51,7 +52,7 @@ def test_padded_fit_and_predictions_equal_unpadded(name):
     """75 sessions pad to 128 rows, 25 pair slots to 32: the same fit (parameters, EM
     iterations, objective trace) and the same predictions as the exact shapes."""
     log = _log(0, 75, n_queries=4, n_docs=6)
-    fit_kw = {"prior": (2.0, 7.0), "max_iter": 8, "tol": 0.0, "dedup": False}
+    fit_kw = {"prior": (2.0, 7.0), "max_iter": 8, "tol": 0.0, "run": RunOptions(dedup=False)}
     padded = MODELS[name]().fit(log, **fit_kw)
     with _shapes.exact_shapes():
         exact = MODELS[name]().fit(log, **fit_kw)
@@ -79,13 +80,15 @@ def test_new_log_size_in_bucket_does_not_compile(compiles, name):
     """Logs of 600, 700 and 900 sessions all pad to 1024 rows (64 pair slots): after the
     first fit and predictions, new sizes and new prior / tol values compile nothing."""
     est = MODELS[name]()
-    first = est.fit(_log(2, 600), dedup=False, max_iter=10)
+    first = est.fit(_log(2, 600), max_iter=10, run=RunOptions(dedup=False))
     first.predict_conditional(_log(3, 600))
     first.predict_marginal(_log(3, 600))
     with compiles() as c:
         for seed, size in ((4, 700), (5, 900)):
             log = _log(seed, size)
-            fitted = est.fit(log, dedup=False, max_iter=10, prior=(1.0 + seed, 20.0), tol=1e-5)
+            fitted = est.fit(
+                log, max_iter=10, prior=(1.0 + seed, 20.0), tol=1e-5, run=RunOptions(dedup=False)
+            )
             fitted.predict_conditional(log)
             fitted.predict_marginal(log)
             first.predict_marginal(log)
@@ -151,15 +154,15 @@ def test_rank_calibration_padded_equals_unpadded_and_does_not_compile(compiles):
 
     probs, clicks = dev(300)
     cal = RankCalibration().fit(probs, clicks)
-    out = cal.apply(probs)
+    out = cal.predict(probs)
     with _shapes.exact_shapes():
         exact = RankCalibration().fit(probs, clicks)
-        exact_out = exact.apply(probs)
+        exact_out = exact.predict(probs)
     assert exact.knots_x.shape[1] < cal.knots_x.shape[1]  # the padded knots
     np.testing.assert_allclose(out, exact_out, rtol=EXACT, atol=EXACT)
     with compiles() as c:
         for S in (400, 500):
             p, y = dev(S)
-            RankCalibration(trim=0.02).fit(p, y).apply(p)
-            cal.apply(p)
+            RankCalibration(trim=0.02).fit(p, y).predict(p)
+            cal.predict(p)
     assert c.count == 0

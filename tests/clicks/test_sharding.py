@@ -12,15 +12,16 @@ _SCRIPT = textwrap.dedent(
     import jax
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from jaxcal.clicks import MODELS, example_params, simulate, perplexity
+    from jaxcal.clicks import MODELS, RunOptions, example_params, simulate, perplexity
 
     assert jax.device_count() == 4, jax.devices()
     mesh = jax.make_mesh((4,), ("sessions",))
     for name in ("DCM", "UBM", "CCM"):  # closed form, rank-pair EM, chain EM
-        log = simulate(name, example_params(name, n_queries=3), 1001, key=jax.random.key(0))
+        truth = example_params(name, n_queries=3, key=jax.random.key(0))
+        log = simulate(name, truth, 1001, key=jax.random.key(0))
         # 1001 rows (not a multiple of 4: exercises the zero-weight padding rows)
-        one = MODELS[name]().fit(log, max_iter=10, dedup=False)
-        four = MODELS[name]().fit(log, max_iter=10, dedup=False, mesh=mesh)
+        one = MODELS[name]().fit(log, max_iter=10, run=RunOptions(dedup=False))
+        four = MODELS[name]().fit(log, max_iter=10, run=RunOptions(dedup=False, mesh=mesh))
         assert int(one.n_iter) == int(four.n_iter), name
         for k in one.params:
             np.testing.assert_allclose(four.params[k], one.params[k], rtol=1e-10, atol=1e-13)

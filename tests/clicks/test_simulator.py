@@ -55,7 +55,7 @@ K_VARIANTS, N_QUERIES, N_SESSIONS = 3, 2, 8000
 @pytest.fixture(scope="module", params=["DBN", "UBM"])
 def variant_log(request):
     name = request.param
-    params = example_params(name, n_queries=N_QUERIES)
+    params = example_params(name, n_queries=N_QUERIES, key=jax.random.key(0))
     log = simulate(name, params, N_SESSIONS, key=jax.random.key(3), serp_variants=K_VARIANTS)
     return name, params, log
 

@@ -13,7 +13,7 @@ import pytest
 
 import jaxcal
 from jaxcal.cli import main
-from jaxcal.clicks import MODELS, Sessions, example_params, read_tiangong, simulate
+from jaxcal.clicks import MODELS, RunOptions, Sessions, example_params, read_tiangong, simulate
 from jaxcal.clicks.sources import chunk_source, log_format
 from tests._multiprocess import run_processes
 
@@ -52,7 +52,7 @@ def test_every_model_streamed_in_chunks_equals_in_memory(name):
     model = MODELS[name]()
     ref = model.fit(log, max_iter=15)
     # 4 chunks, the last one short: padding rows must add nothing
-    _assert_same_fit(model.fit(log, max_iter=15, chunk_sessions=450), ref)
+    _assert_same_fit(model.fit(log, max_iter=15, run=RunOptions(chunk_sessions=450)), ref)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_file_and_callable_sources_equal_in_memory(shards, tmp_path):
         (root / "c.npz", {"spill": tmp_path / "spill", "chunk_sessions": 600}),
     ]
     for source, options in sources:
-        _assert_same_fit(MODELS["DBN"]().fit(source, max_iter=20, **options), ref)
+        _assert_same_fit(MODELS["DBN"]().fit(source, max_iter=20, run=RunOptions(**options)), ref)
     assert sorted(p.name for p in (tmp_path / "spill").iterdir())[:2] == [
         "0000000_clicks.npy",
         "0000000_inv.npy",
@@ -95,7 +95,9 @@ def test_a_real_log_streamed_from_its_text_file(data_dir):
     path = data_dir / "tiangong-st-demo" / "train_per_query_quid.txt"
     assert log_format(path) == "tiangong"
     ref = MODELS["UBM"]().fit(read_tiangong(path), max_iter=10)
-    _assert_same_fit(MODELS["UBM"]().fit(path, max_iter=10, chunk_sessions=400), ref)
+    _assert_same_fit(
+        MODELS["UBM"]().fit(path, max_iter=10, run=RunOptions(chunk_sessions=400)), ref
+    )
 
 
 def test_yandex_text_is_recognised(tmp_path):
@@ -109,9 +111,10 @@ def test_yandex_text_is_recognised(tmp_path):
 def test_one_chunk_program_for_every_chunk(compiles):
     log = _log("PBM", n=2000, seed=5)
     model = MODELS["PBM"]()
-    model.fit(log, max_iter=3, chunk_sessions=300)  # compiles its programs
+    run = RunOptions(chunk_sessions=300)
+    model.fit(log, max_iter=3, run=run)  # compiles its programs
     with compiles() as c:
-        model.fit(log[:1900], max_iter=3, chunk_sessions=300)  # same chunk size: no compile
+        model.fit(log[:1900], max_iter=3, run=run)  # same chunk size: no compile
     assert c.count == 0
 
 
@@ -133,12 +136,10 @@ def test_bad_sources_are_named(tmp_path):
         model.fit(lambda: 5)
     with pytest.raises(ValueError, match="zero-argument callable"):
         model.fit(np.zeros((3, 3)))
-    with pytest.raises(ValueError, match="chunk_sessions"):
-        model.fit(_log("PBM", n=10), chunk_sessions=0)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "f").write_text("")
     with pytest.raises(ValueError, match="not empty"):
-        model.fit(_log("PBM", n=10), spill=tmp_path / "full")
+        model.fit(_log("PBM", n=10), run=RunOptions(spill=tmp_path / "full"))
 
 
 def test_a_source_that_changes_between_passes_is_refused():
@@ -158,10 +159,11 @@ _PROCESS_FIT = """
 import json
 import numpy as np
 import jax
-from jaxcal.clicks import MODELS
+from jaxcal.clicks import MODELS, RunOptions
 paths = {paths!r}
 mine = paths[PID::N] or (lambda: iter([]))  # with 4 processes, the last one has no shard
-fit = MODELS["{model}"]().fit(mine, max_iter=12, chunk_sessions=300, prior={prior!r})
+run = RunOptions(chunk_sessions=300)
+fit = MODELS["{model}"]().fit(mine, max_iter=12, prior={prior!r}, run=run)
 print(json.dumps({{k: np.asarray(v).tolist() for k, v in fit.params.items()}}
                  | {{"n_iter": int(fit.n_iter), "pairs": len(fit.pair_query)}}
                  | {{"learned_" + k: np.asarray(v).tolist()

@@ -5,7 +5,9 @@ line named, the download against a local HTTP server (tests/data/conftest.py).""
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
+import inspect
 import io
 import tarfile
 import zipfile
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 from jaxcal.data import MovieLensData, fetch_movielens, load_movielens
+from jaxcal.data import movielens as movielens_module
 
 
 def _u_data(n: int = 60, seed: int = 0) -> str:
@@ -133,16 +136,40 @@ def test_fetch_downloads_verifies_and_caches(server, ml_dir, tmp_path):
     assert hits == ["/ml-100k.zip"]  # the cache, no request
 
 
-def test_fetch_trust_on_first_use_and_stale_cache(server, tmp_path, monkeypatch):
+def test_the_pinned_digest_is_grouplens_and_unpinned_files_are_refused(server, tmp_path):
+    """By default the archive must be GroupLens' ml-100k.zip (its published SHA-256); any
+    other file is refused and nothing is cached: there is no trust on first use."""
+    url, digest, hits, _ = server
+    pinned = movielens_module.MOVIELENS_100K_SHA256
+    assert pinned == "50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229"
+    assert inspect.signature(fetch_movielens).parameters["sha256"].default == pinned
+    assert movielens_module.MOVIELENS_100K_URL == (
+        "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
+    )
+    cache = tmp_path / "cache"
+    mismatch = f"checksum mismatch.*expected SHA-256 {pinned}, got {digest}"
+    with pytest.raises(ValueError, match=mismatch):
+        fetch_movielens(cache, url=url, timeout=5, quiet=True)
+    assert list(cache.iterdir()) == [] and hits == ["/ml-100k.zip"]
+    with pytest.raises(ValueError, match="sha256 must be .*got None"):
+        fetch_movielens(cache, url=url, sha256=None, quiet=True)
+    assert hits == ["/ml-100k.zip"]  # refused before any request
+
+
+def test_fetch_stale_cache_is_downloaded_again(server, tmp_path, monkeypatch):
     url, digest, hits, _ = server
     monkeypatch.setenv("JAXCAL_CACHE_DIR", str(tmp_path / "cache"))
-    path = fetch_movielens(url=url, timeout=5, quiet=True)  # default cache: the variable's
+    path = fetch_movielens(url=url, sha256=digest, timeout=5, quiet=True)  # the variable's
     record = tmp_path / "cache" / "ml-100k.zip.sha256"
     assert record.read_text().strip() == digest
-    assert fetch_movielens(url=url, quiet=True) == path and len(hits) == 1
+    assert fetch_movielens(url=url, sha256=digest, quiet=True) == path and len(hits) == 1
     (tmp_path / "cache" / "ml-100k.zip").write_bytes(b"not the archive")
-    assert fetch_movielens(url=url, quiet=True) == path and len(hits) == 2
+    assert fetch_movielens(url=url, sha256=digest, quiet=True) == path and len(hits) == 2
     assert record.read_text().strip() == digest
+    # a cached archive that is not the pinned one is not used either
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        fetch_movielens(url=url, quiet=True)
+    assert len(hits) == 3 and not (tmp_path / "cache" / "ml-100k.zip").exists()
 
 
 def test_fetch_checksum_mismatch_caches_nothing(server, tmp_path):
@@ -157,26 +184,39 @@ def test_fetch_checksum_mismatch_caches_nothing(server, tmp_path):
     assert hits == ["/ml-100k.zip"]
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_fetch_refuses_bad_archives(server, tmp_path):
     url, _, _, www = server
     # an archive whose u.data is malformed: the reader's error, and nothing is kept
     with zipfile.ZipFile(www / "bad.zip", "w") as zf:
         zf.writestr("ml-100k/u.data", "1\t2\t9\t881250949\n")
     with pytest.raises(ValueError, match=r"line 1 .*ratings must be 1\.\.5"):
-        fetch_movielens(tmp_path / "c1", url=url.replace("ml-100k.zip", "bad.zip"), quiet=True)
+        fetch_movielens(
+            tmp_path / "c1", url=url.replace("ml-100k.zip", "bad.zip"),
+            sha256=_digest(www / "bad.zip"), quiet=True,
+        )  # fmt: skip
     assert list((tmp_path / "c1").iterdir()) == []
     # no u.data at all
     with zipfile.ZipFile(www / "empty.zip", "w") as zf:
         zf.writestr("ml-100k/README", "nothing")
     with pytest.raises(ValueError, match="has no u.data"):
-        fetch_movielens(tmp_path / "c2", url=url.replace("ml-100k.zip", "empty.zip"), quiet=True)
+        fetch_movielens(
+            tmp_path / "c2", url=url.replace("ml-100k.zip", "empty.zip"),
+            sha256=_digest(www / "empty.zip"), quiet=True,
+        )  # fmt: skip
     # a tar archive with a link member is refused before anything is unpacked
     with tarfile.open(www / "link.tar", "w") as tf:
         info = tarfile.TarInfo("ml-100k/u.data")
         info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
         tf.addfile(info)
     with pytest.raises(ValueError, match="unsafe members"):
-        fetch_movielens(tmp_path / "c3", url=url.replace("ml-100k.zip", "link.tar"), quiet=True)
+        fetch_movielens(
+            tmp_path / "c3", url=url.replace("ml-100k.zip", "link.tar"),
+            sha256=_digest(www / "link.tar"), quiet=True,
+        )  # fmt: skip
     assert not (tmp_path / "c3" / "ml-100k_unpacked").exists()
 
 
@@ -188,6 +228,14 @@ def test_load_movielens_fetches_on_a_fresh_machine(server, ml_dir, tmp_path, mon
     with pytest.raises(ValueError, match="does not exist"):
         load_movielens(download=False)
     assert hits == []
+    # the stand-in archive is not GroupLens': refused under the pinned digest ...
+    with pytest.raises(ValueError, match=r"could not be downloaded.*checksum mismatch"):
+        load_movielens()
+    assert hits == ["/ml-100k.zip"]
+    hits.clear()
+    # ... and read once the fetcher checks the stand-in's own digest
+    pinned_to_stand_in = functools.partial(fetch_movielens, sha256=digest)
+    monkeypatch.setattr(movielens_module, "fetch_movielens", pinned_to_stand_in)
     ml = load_movielens()
     assert hits == ["/ml-100k.zip"]
     np.testing.assert_array_equal(ml.ratings.rating, load_movielens(ml_dir).ratings.rating)

@@ -52,20 +52,26 @@ def test_binarize_dense_and_triples():
 def test_random_holdout_partition_size_and_reproducibility():
     pos = binarize(_ratings(1))
     n = int(pos.sum())
-    train, valid = holdout_split(pos, fraction=0.1, key=7)
+    train, valid = holdout_split(pos, fraction=0.1, key=jax.random.key(7))
     assert int(valid.sum()) == round(0.1 * n)
     assert not (train & valid).any()
     np.testing.assert_array_equal(train + valid, pos)
-    again = holdout_split(pos, fraction=0.1, key=7)
+    again = holdout_split(pos, fraction=0.1, key=jax.random.key(7))
     np.testing.assert_array_equal(again[1], valid)
-    other = holdout_split(pos, fraction=0.1, key=8)
+    other = holdout_split(pos, fraction=0.1, key=jax.random.key(8))
     assert not np.array_equal(other[1], valid)
-    jkey = holdout_split(pos, fraction=0.1, key=jax.random.key(0))
-    np.testing.assert_array_equal(jkey[0] + jkey[1], pos)
+    legacy = holdout_split(pos, fraction=0.1, key=jax.random.PRNGKey(7))  # the same key
+    np.testing.assert_array_equal(legacy[1], valid)
+    # the documented draw: NumPy's choice from default_rng(7), the key's integer
+    idx = np.random.default_rng(7).choice(n, size=round(0.1 * n), replace=False)
+    flat = np.zeros(n, bool)
+    flat[idx] = True
+    u, i = np.nonzero(pos)  # the interactions in row-major order
+    np.testing.assert_array_equal(np.argwhere(valid), np.stack([u[flat], i[flat]], 1))
     assert holdout_rate(train, valid) == pytest.approx(round(0.1 * n) / n, abs=EXACT)
     # triples in, triples out
     x = binarize(Interactions.from_dense(_ratings(1)))
-    tr, va = holdout_split(x, fraction=0.1, key=7)
+    tr, va = holdout_split(x, fraction=0.1, key=jax.random.key(7))
     assert tr.size + va.size == x.size and va.size == round(0.1 * x.size)
 
 
@@ -74,7 +80,7 @@ def test_random_holdout_is_uniform_over_interactions():
     pos = binarize(_ratings(2, (6, 8), 0.5))
     n = int(pos.sum())
     k = round(0.25 * n)
-    counts = sum(holdout_split(pos, fraction=0.25, key=s)[1] for s in range(600))
+    counts = sum(holdout_split(pos, fraction=0.25, key=jax.random.key(s))[1] for s in range(600))
     observed = counts[pos == 1]
     assert observed.sum() == 600 * k
     assert stats.chisquare(observed).pvalue > ALPHA
@@ -112,8 +118,12 @@ def test_holdout_errors():
         holdout_split(np.eye(3), fraction=1.5)
     with pytest.raises(ValueError, match="no interactions"):
         holdout_split(np.zeros((3, 3)))
-    with pytest.raises(ValueError, match="key"):
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
         holdout_split(np.eye(3), key="seed")
+    with pytest.raises(ValueError, match="key is required for method='random'"):
+        holdout_split(np.eye(3))
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        holdout_split(np.eye(3), key=7)
 
 
 def test_sample_negatives_uniform_over_allowed_items():
@@ -123,7 +133,7 @@ def test_sample_negatives_uniform_over_allowed_items():
     known[1] = 1
     known[1, 11] = 0  # a single allowed item
     users = np.repeat(np.arange(5), 3)
-    draws = sample_negatives(known, users, n_per_row=2000, key=0)
+    draws = sample_negatives(known, users, n_per_row=2000, key=jax.random.key(0))
     assert draws.shape == (15, 2000)
     for row, u in enumerate(users):
         allowed = np.flatnonzero(known[u] == 0)
@@ -132,16 +142,25 @@ def test_sample_negatives_uniform_over_allowed_items():
         if allowed.size > 1:
             assert stats.chisquare(counts).pvalue > ALPHA
     # without replacement: distinct items per row, uniform marginals
-    d2 = sample_negatives(known, np.zeros(3000, np.int64), n_per_row=4, key=1, replace=False)
+    d2 = sample_negatives(
+        known, np.zeros(3000, np.int64), n_per_row=4, key=jax.random.key(1), replace=False
+    )
     assert all(len(set(r)) == 4 for r in d2.tolist())
     assert stats.chisquare(np.bincount(d2.ravel(), minlength=12)).pvalue > ALPHA
+    key = jax.random.key(2)
     with pytest.raises(ValueError, match="user 1 has 1 items"):
-        sample_negatives(known, [1], n_per_row=2, replace=False)
+        sample_negatives(known, [1], n_per_row=2, replace=False, key=key)
     full = np.ones((2, 3))
     with pytest.raises(ValueError, match="user 0 has 0 items"):
-        sample_negatives(full, [0])
+        sample_negatives(full, [0], key=key)
     with pytest.raises(ValueError, match="range"):
-        sample_negatives(known, [9])
+        sample_negatives(known, [9], key=key)
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        sample_negatives(known, [0], key=0)
+    np.testing.assert_array_equal(  # the same key, the same draws
+        sample_negatives(known, users, n_per_row=5, key=key),
+        sample_negatives(known, users, n_per_row=5, key=jax.random.key(2)),
+    )
 
 
 def _constant_fit(labels, targets, weights):
@@ -160,7 +179,7 @@ def test_calibration_pairs_base_rate_closed_form(coat, r):
     pos = binarize(coat.train)
     train, valid = holdout_split(pos, method="per_user_last")
     omega = np.clip(coat.propensities * 5, 0.05, 1.0)
-    cp = calibration_pairs(valid, train, n_negatives=r, key=0, propensity=omega)
+    cp = calibration_pairs(valid, train, n_negatives=r, key=jax.random.key(0), propensity=omega)
     n_pos = int(valid.sum())
     assert cp.labels.sum() == n_pos and cp.labels.size == n_pos * (1 + r)
     # negatives are never known positives; positives are exactly the validation pairs
@@ -186,7 +205,7 @@ def test_calibration_pairs_base_rate_closed_form(coat, r):
 
 def test_calibration_pairs_all_negatives_and_errors():
     pos = binarize(_ratings(5))
-    train, valid = holdout_split(pos, key=0)
+    train, valid = holdout_split(pos, key=jax.random.key(0))
     cp = calibration_pairs(valid, train, n_negatives=None)
     users = np.flatnonzero(valid.sum(1) > 0)
     # exactly the non-training pairs of the validation users
@@ -206,7 +225,15 @@ def test_calibration_pairs_all_negatives_and_errors():
         calibration_pairs(valid, train[:, :3])
     with pytest.raises(ValueError, match="n_negatives"):
         calibration_pairs(valid, train, n_negatives=0)
+    key = jax.random.key(0)
     with pytest.raises(ValueError, match="propensity must be"):
-        calibration_pairs(valid, train, propensity=np.ones(3))
+        calibration_pairs(valid, train, propensity=np.ones(3), key=key)
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
-        calibration_pairs(valid, train, propensity=np.zeros(pos.shape[1]))
+        calibration_pairs(valid, train, propensity=np.zeros(pos.shape[1]), key=key)
+    with pytest.raises(ValueError, match="key is required to draw the negatives"):
+        calibration_pairs(valid, train, n_negatives=3)
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        calibration_pairs(valid, train, n_negatives=3, key=0)
+    a = calibration_pairs(valid, train, n_negatives=3, key=key)
+    b = calibration_pairs(valid, train, n_negatives=3, key=jax.random.key(0))
+    np.testing.assert_array_equal(a.item, b.item)  # the same key, the same negatives

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 from scipy.optimize import brentq
@@ -13,6 +14,7 @@ from scipy.stats import chi2_contingency
 from jaxcal.data import Interactions, RatingSimulation, simulate_ratings, split_ratings
 
 SMALL = dict(n_users=90, n_items=120, density=0.15)
+KEY3 = jax.random.key(3)
 
 
 def _h(t: float, shape: str, k: float) -> float:
@@ -46,7 +48,7 @@ def _invert(value: float, shape: str, k: float, n_levels: int, noise: float) -> 
 )
 def test_truth_reproduces_the_ratings(design, n_segments, n_levels, noise):
     sim = simulate_ratings(
-        design, n_segments=n_segments, n_levels=n_levels, noise=noise, seed=3, **SMALL
+        design, n_segments=n_segments, n_levels=n_levels, noise=noise, key=KEY3, **SMALL
     )
     assert isinstance(sim, RatingSimulation)
     n_seg = 1 if n_segments is None else n_segments
@@ -83,7 +85,7 @@ def test_truth_reproduces_the_ratings(design, n_segments, n_levels, noise):
 
 
 def test_scores_density_segments_and_determinism():
-    sim = simulate_ratings("sd2", rank=4, seed=5, **SMALL)
+    sim = simulate_ratings("sd2", rank=4, key=jax.random.key(5), **SMALL)
     assert np.linalg.matrix_rank(sim.scores) == 4
     assert abs(sim.scores.var() - 1) < 0.25  # about standard normal by construction
     counts = np.bincount(sim.segment)
@@ -94,13 +96,13 @@ def test_scores_density_segments_and_determinism():
     assert abs(sim.ratings.size / (90 * 120) - 0.15) < 0.02
     pairs = sim.ratings.user * 120 + sim.ratings.item
     assert np.all(np.diff(pairs) > 0)  # sorted by (user, item), no duplicate
-    again = simulate_ratings("sd2", rank=4, seed=5, **SMALL)
+    again = simulate_ratings("sd2", rank=4, key=jax.random.key(5), **SMALL)
     for name in ("scores", "segment", "level_scores", "thresholds", "latent"):
         np.testing.assert_array_equal(getattr(sim, name), getattr(again, name))
     np.testing.assert_array_equal(sim.ratings.rating, again.ratings.rating)
-    other = simulate_ratings("sd2", rank=4, seed=6, **SMALL)
+    other = simulate_ratings("sd2", rank=4, key=jax.random.key(6), **SMALL)
     assert not np.array_equal(other.scores, sim.scores)
-    assert np.all(simulate_ratings("sd1", seed=5, **SMALL).segment == 0)
+    assert np.all(simulate_ratings("sd1", key=jax.random.key(5), **SMALL).segment == 0)
 
 
 def _affine_residual(a: np.ndarray, b: np.ndarray) -> float:
@@ -113,7 +115,7 @@ def _affine_residual(a: np.ndarray, b: np.ndarray) -> float:
 def test_segments_really_differ():
     """No affine map of one segment's level scores is another's, and the segments' rating
     distributions differ (chi-square on the simulated ratings)."""
-    sim = simulate_ratings("sd2", n_segments=6, seed=0, n_users=300, n_items=200)
+    sim = simulate_ratings("sd2", n_segments=6, key=jax.random.key(0), n_users=300, n_items=200)
     n_seg = sim.level_scores.shape[0]
     for s in range(n_seg):
         # each transform is non-linear: its level scores are not evenly spaced
@@ -140,7 +142,8 @@ def test_segments_really_differ():
         (dict(noise=float("nan")), "noise"),
         (dict(noise=float("inf")), "noise"),
         (dict(n_levels=1), "n_levels"),
-        (dict(seed=-1), "seed"),
+        (dict(key=-1), "key must be a JAX PRNG key"),
+        (dict(key=None), "key is required"),
         (dict(design="sd1", n_segments=3), "'sd1' has one segment"),
         (dict(design="sd2", n_segments=1), "'sd2' needs 2..6 segments"),
         (dict(design="sd2", n_segments=7), "'sd2' needs 2..6 segments"),
@@ -149,7 +152,17 @@ def test_segments_really_differ():
 )
 def test_simulate_validates_arguments(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
-        simulate_ratings(**kwargs)
+        simulate_ratings(**{"key": jax.random.key(0), **kwargs})
+
+
+def test_simulation_from_a_key_is_the_integer_seeds():
+    """The documented draw (jaxcal._rng.numpy_rng): the key jax.random.key(s) seeds NumPy
+    with the integer s, so the factors are NumPy's draws from default_rng(s)."""
+    sim = simulate_ratings("sd1", rank=3, key=jax.random.key(11), **SMALL)
+    rng = np.random.default_rng(11)
+    u = rng.normal(scale=1.0 / math.sqrt(3), size=(90, 3))
+    v = rng.normal(size=(120, 3))
+    np.testing.assert_allclose(sim.scores, u @ v.T, rtol=1e-12)
 
 
 # --------------------------------------------------------------------------- splits
@@ -178,17 +191,17 @@ def _assert_partition(x, parts):
 
 def test_random_split_partitions_with_the_fractions():
     x = _ratings()
-    train, val, test = split_ratings(x, validation=0.1, test=0.25, seed=1)
+    train, val, test = split_ratings(x, validation=0.1, test=0.25, key=jax.random.key(1))
     _assert_partition(x, (train, val, test))
     assert (val.size, test.size) == (70, 175)  # round(0.1 * 700), round(0.25 * 700)
-    again = split_ratings(x, validation=0.1, test=0.25, seed=1)
+    again = split_ratings(x, validation=0.1, test=0.25, key=jax.random.key(1))
     assert all(
         np.array_equal(_keys(a), _keys(b)) for a, b in zip(again, (train, val, test), strict=True)
     )
-    other = split_ratings(x, validation=0.1, test=0.25, seed=2)
+    other = split_ratings(x, validation=0.1, test=0.25, key=jax.random.key(2))
     assert not np.array_equal(_keys(other[2]), _keys(test))
     # no validation part
-    train, val, test = split_ratings(x, validation=0.0, test=0.2, seed=1)
+    train, val, test = split_ratings(x, validation=0.0, test=0.2, key=jax.random.key(1))
     assert val.size == 0 and test.size == 140 and train.size == 560
 
 
@@ -199,7 +212,8 @@ def test_random_split_is_uniform():
     hits = np.zeros(100)
     index = {k: i for i, k in enumerate(_keys(x))}
     for seed in range(200):
-        for k in _keys(split_ratings(x, validation=0.1, test=0.2, seed=seed)[2]):
+        key = jax.random.key(seed)
+        for k in _keys(split_ratings(x, validation=0.1, test=0.2, key=key)[2]):
             hits[index[k]] += 1
     assert np.all(np.abs(hits - 40) < 6 * math.sqrt(200 * 0.2 * 0.8))
 
@@ -229,6 +243,8 @@ def test_chronological_split():
         (dict(timestamp=np.arange(3)), "one value per rating"),
         (dict(timestamp=np.full(700, np.nan)), "without NaN"),
         (dict(timestamp=np.array(["a"] * 700)), "numeric"),
+        (dict(), "key is required for a random split"),
+        (dict(key=1), "key must be a JAX PRNG key"),
     ],
 )
 def test_split_validates(kwargs, msg):

@@ -19,11 +19,12 @@ Z = 4.5  # z-score bound for statistical checks at fixed seeds (two-sided p ~ 7e
 # Two grid shapes only: every new (n_users, n_items) compiles the simulator once.
 BIG = {"n_users": 120, "n_items": 200}
 SMALL = {"n_users": 20, "n_items": 300}
+KEY = jax.random.key(0)
 
 
 @pytest.fixture(scope="module")
 def data() -> SyntheticData:
-    return simulate_preferences(**BIG, seed=0)
+    return simulate_preferences(**BIG, key=jax.random.key(0))
 
 
 def _np(x):
@@ -66,8 +67,8 @@ def test_bernoulli_draws_follow_their_probabilities(data, draw, prob):
 
 
 def test_exposure_is_popularity_driven_closed_form():
-    d = simulate_preferences(**SMALL, seed=3, exposure_relevance=0.0, popularity_power=1.2,
-                             min_propensity=0.01)  # fmt: skip
+    d = simulate_preferences(**SMALL, key=jax.random.key(3), exposure_relevance=0.0,
+                             popularity_power=1.2, min_propensity=0.01)  # fmt: skip
     omega = _np(d.propensity).reshape(20, 300)
     # without the relevance term, the propensity depends on the item only ...
     np.testing.assert_allclose(omega, np.broadcast_to(omega[0], omega.shape), rtol=0, atol=0)
@@ -97,7 +98,7 @@ def test_exposure_correlates_with_relevance_when_asked(data):
 
 
 def test_scores_are_the_stated_distortion_of_the_true_logit():
-    d = simulate_preferences(**SMALL, seed=4, score_noise=0.0,
+    d = simulate_preferences(**SMALL, key=jax.random.key(4), score_noise=0.0,
                              score_distortion=0.8, score_scale=2.5, score_shift=-1.0)  # fmt: skip
     r = _np(d.true_prob)
     logit = np.log(r) - np.log1p(-r)
@@ -105,7 +106,8 @@ def test_scores_are_the_stated_distortion_of_the_true_logit():
                                rtol=1e-9, atol=1e-9)  # fmt: skip
     # monotone: the noiseless scores rank pairs exactly like the truth
     assert abs(float(auc(d.scores, d.relevance)) - float(auc(d.true_prob, d.relevance))) < TOL
-    plain = simulate_preferences(**SMALL, seed=4, score_noise=0.0, score_distortion=0.0)
+    plain = simulate_preferences(**SMALL, key=jax.random.key(4), score_noise=0.0,
+                                 score_distortion=0.0)  # fmt: skip
     np.testing.assert_allclose(_np(plain.scores), logit, rtol=1e-9, atol=1e-9)
 
 
@@ -128,7 +130,7 @@ def _expected_auc(true_prob, noise, rng, n_draws=2_000_000):
 
 @pytest.mark.parametrize("noise", [0.7, 2.0])
 def test_score_auc_matches_the_configured_noise(data, noise):
-    d = data if noise == 0.7 else simulate_preferences(**BIG, seed=0, score_noise=noise)
+    d = data if noise == 0.7 else simulate_preferences(**BIG, key=KEY, score_noise=noise)
     expected = _expected_auc(d.true_prob, noise, np.random.default_rng(0))
     got = float(auc(d.scores, d.relevance))
     # sampling sd of an AUC at ~2,400 positives is ~0.005; the Monte Carlo error ~3e-4
@@ -141,10 +143,11 @@ def test_noisy_scores_discriminate_less_than_truth(data):
     assert 0.6 < a_scores < a_truth
 
 
-def test_reproducible_and_key_equals_seed():
-    a = simulate_preferences(**SMALL, seed=7)
-    b = simulate_preferences(**SMALL, key=jax.random.key(7))
-    c = simulate_preferences(**SMALL, seed=8)
+def test_reproducible_from_the_key():
+    """The same key (typed or legacy raw) gives the same data; another key other data."""
+    a = simulate_preferences(**SMALL, key=jax.random.key(7))
+    b = simulate_preferences(**SMALL, key=jax.random.PRNGKey(7))
+    c = simulate_preferences(**SMALL, key=jax.random.key(8))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(_np(a.scores), _np(c.scores))
@@ -160,18 +163,25 @@ def test_save_load_round_trip(tmp_path, data):
 
 
 def test_split(data):
-    s1 = data.split(validation_fraction=0.3, seed=5)
-    s2 = data.split(validation_fraction=0.3, seed=5)
-    s3 = data.split(validation_fraction=0.3, seed=6)
+    s1 = data.split(validation_fraction=0.3, key=jax.random.key(5))
+    s2 = data.split(validation_fraction=0.3, key=jax.random.key(5))
+    s3 = data.split(validation_fraction=0.3, key=jax.random.key(6))
     np.testing.assert_array_equal(s1.validation, s2.validation)
     assert not np.array_equal(s1.validation, s3.validation)
     assert s1.validation.size == round(0.3 * data.n_pairs)
     both = np.concatenate([s1.validation, s1.test])
     np.testing.assert_array_equal(np.sort(both), np.arange(data.n_pairs))
+    # the documented draw: the first 30% of NumPy's permutation seeded by the key's integer
+    perm = np.random.default_rng(5).permutation(data.n_pairs)
+    np.testing.assert_array_equal(s1.validation, np.sort(perm[: s1.validation.size]))
     with pytest.raises(ValueError, match="validation_fraction"):
-        data.split(validation_fraction=1.0)
+        data.split(validation_fraction=1.0, key=jax.random.key(0))
     with pytest.raises(ValueError, match="empty"):
-        data.split(validation_fraction=1e-6)
+        data.split(validation_fraction=1e-6, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="key"):
+        data.split(validation_fraction=0.5)  # key is required
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        data.split(validation_fraction=0.5, key=0)
 
 
 def _fit_ece(cal, data, split, loss):
@@ -188,7 +198,7 @@ if importlib.util.find_spec("jaxcal.calibrators.gaussian") is not None:
 
 @pytest.mark.parametrize(("name", "module"), _CALIBRATORS)
 def test_ips_with_true_propensities_beats_naive(data, name, module):
-    split = data.split(validation_fraction=0.5, seed=0)
+    split = data.split(validation_fraction=0.5, key=jax.random.key(0))
     cal = getattr(jaxcal, name)()
     naive = _fit_ece(cal, data, split, "naive")
     ips = _fit_ece(cal, data, split, "ips")
@@ -200,17 +210,24 @@ def test_ips_with_true_propensities_beats_naive(data, name, module):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n_users": 5, "n_items": 5}, "exactly one"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "key": jax.random.key(0)}, "exactly one"),
-        ({"n_users": 0, "n_items": 5, "seed": 0}, "n_users"),
-        ({"n_users": 5, "n_items": 1, "seed": 0}, "n_items"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "base_rate": 1.5}, "base_rate"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "exposure_rate": 0.01}, "exposure_rate"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "min_propensity": 0.0}, "min_propensity"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "score_noise": -1.0}, "score_noise"),
-        ({"n_users": 5, "n_items": 5, "seed": 0, "score_scale": 0.0}, "score_scale"),
+        ({"n_users": 5, "n_items": 5, "key": None}, "key is required"),
+        ({"n_users": 5, "n_items": 5, "key": 0}, "key must be a JAX PRNG key"),
+        ({"n_users": 5, "n_items": 5, "key": jax.random.split(KEY)}, "a single PRNG key"),
+        ({"n_users": 0, "n_items": 5}, "n_users"),
+        ({"n_users": 5, "n_items": 1}, "n_items"),
+        ({"n_users": 5, "n_items": 5, "base_rate": 1.5}, "base_rate"),
+        ({"n_users": 5, "n_items": 5, "exposure_rate": 0.01}, "exposure_rate"),
+        ({"n_users": 5, "n_items": 5, "min_propensity": 0.0}, "min_propensity"),
+        ({"n_users": 5, "n_items": 5, "score_noise": -1.0}, "score_noise"),
+        ({"n_users": 5, "n_items": 5, "score_scale": 0.0}, "score_scale"),
     ],
 )
 def test_bad_parameters_raise(kwargs, match):
+    kwargs = {"key": KEY, **kwargs}
     with pytest.raises(ValueError, match=match):
         simulate_preferences(**kwargs)
+
+
+def test_seed_is_not_a_keyword():
+    with pytest.raises(TypeError, match="seed"):
+        simulate_preferences(n_users=5, n_items=5, seed=0)

@@ -39,7 +39,11 @@ def sim():
     """Exposure depends on the item only (exposure_relevance=0), so a per-item propensity
     model is well specified; the relevant pairs are still MNAR through popularity."""
     d = simulate_preferences(
-        n_users=N_USERS, n_items=N_ITEMS, seed=0, exposure_relevance=0.0, base_rate=0.15
+        n_users=N_USERS,
+        n_items=N_ITEMS,
+        key=jax.random.key(0),
+        exposure_relevance=0.0,
+        base_rate=0.15,
     )
     shape = (N_USERS, N_ITEMS)
     return {
@@ -149,9 +153,9 @@ def test_holdout_propensity_implied_base_rate(sim):
 @pytest.mark.parametrize("r_neg", [1, 4, 57])
 def test_negative_sampling_base_rate_closed_form(sim, r_neg):
     y = sim["y"]
-    train, valid = holdout_split(y, fraction=0.1, key=3)
+    train, valid = holdout_split(y, fraction=0.1, key=jax.random.key(3))
     omega = holdout_propensity(sim["omega"], 0.1)
-    cp = calibration_pairs(valid, train, n_negatives=r_neg, key=4, propensity=omega)
+    cp = calibration_pairs(valid, train, n_negatives=r_neg, key=jax.random.key(4), propensity=omega)
     pos = cp.labels == 1
     m = np.mean(1 / cp.propensity[pos])
     for loss in ("naive", "ips", "ips_positive", "snips"):
@@ -211,7 +215,7 @@ def test_prior_shift_correction_fixes_the_level(sim, tmp_path):
     naive = PlattScaling().fit(scores[fit_idx], y[fit_idx])
     corrected = prior_shift_correction(naive, scores[mar_idx], r[mar_idx])
     # oracle for the shift: scipy root of the MAR score equation
-    z = np.asarray(naive.logit(scores[mar_idx]))
+    z = np.asarray(naive.predict_logit(scores[mar_idx]))
 
     def score_eq(d):
         return np.sum(special.expit(z + d) - r[mar_idx])

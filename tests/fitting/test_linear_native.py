@@ -12,13 +12,14 @@ CPU; these tests keep the pure-JAX solver's single fits covered as well.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
 import numpy as np
 import pytest
 
-from jaxcal._native import linear_logit_cpu_available
+from jaxcal._native import linear_logit_cpu, linear_logit_cpu_available
 from jaxcal.calibrators import (
     BetaCalibration,
     ExponentialCalibration,
@@ -27,7 +28,7 @@ from jaxcal.calibrators import (
     PlattScaling,
     TemperatureScaling,
 )
-from jaxcal.fitting import linear
+from jaxcal.fitting import linear, solver
 from jaxcal.fitting.linear import default_tol, fit_linear
 from jaxcal.fitting.solver import CONVERGED, DIVERGED
 
@@ -192,6 +193,16 @@ def test_families_beyond_the_kernel_sizes_run_the_solver_loops(monkeypatch):
     assert int(status.n_iter) == int(ref.n_iter) and np.any(status.active)
 
 
+def _middle_positives(seed):
+    """Scores and 0/1 labels: positives in the middle of the range, negatives at both ends."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(6, 30))
+    s = rng.normal(size=n) * 10 ** rng.uniform(-1, 1)
+    y = (np.abs(s - np.median(s)) < np.std(s) * 0.5).astype(float)
+    y[:2] = [0.0, 1.0]
+    return s, y
+
+
 @pytest.mark.parametrize(("name", "seed"), [("gaussian", 18), ("gamma", 51)])
 def test_a_kernel_answer_that_fails_its_kkt_certificate_is_solved_again(name, seed):
     """Positives in the middle of the range and negatives at both ends: the unconstrained
@@ -202,11 +213,8 @@ def test_a_kernel_answer_that_fails_its_kkt_certificate_is_solved_again(name, se
     SLSQP, on features re-derived in NumPy)."""
     from tests.calibrators.test_parametric import kkt_check, objective, oracle_design, scipy_fit
 
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(6, 30))
-    s = rng.normal(size=n) * 10 ** rng.uniform(-1, 1)
-    y = (np.abs(s - np.median(s)) < np.std(s) * 0.5).astype(float)
-    y[:2] = [0.0, 1.0]
+    s, y = _middle_positives(seed)
+    n = s.size
     fitted = FAMILIES[name][0]().fit(s, y)
     assert int(fitted.status.code) == CONVERGED
     theta = np.asarray(fitted.theta)
@@ -214,3 +222,105 @@ def test_a_kernel_answer_that_fails_its_kkt_certificate_is_solved_again(name, se
     kkt_check(theta, X, y, np.ones(n), C, 0.0, icpt)
     ref = scipy_fit(X, y, np.ones(n), C, 0.0, icpt)
     assert objective(theta, X, y, np.ones(n), 0.0, icpt) <= ref.fun * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("name", "seed"), [("gaussian", 18), ("gamma", 51)])
+def test_the_kernel_itself_rejects_a_negative_newton_decrement(name, seed):
+    """The problems above, on the kernel alone (no second solve): at saturated logits a
+    Newton decrement below ``-tol`` marks a numerically singular Hessian, no optimum, and
+    the kernel's face search goes on from there as the pure-JAX solver's does. Its answer is
+    certified (``retry`` false) and is the solver's optimum."""
+    s, y = _middle_positives(seed)
+    family = FAMILIES[name][0]().family
+    tol = np.asarray(default_tol(np.float64))
+    args = (s, y, np.ones(s.size), np.asarray(0.0), np.int32(100), tol)
+    theta, _, status, retry = jax.tree.map(np.asarray, linear._solve_native_jit(family, *args))
+    ref_theta, _, ref = _fit(family, args, native=False)
+    assert not retry and int(status.code) == CONVERGED == int(ref.code)
+    np.testing.assert_array_equal(status.active, ref.active)
+    scale = max(1.0, float(np.max(np.abs(ref_theta))))
+    np.testing.assert_allclose(theta, ref_theta, rtol=0, atol=1e-7 * scale)
+    np.testing.assert_allclose(status.objective, ref.objective, rtol=1e-12)
+
+
+def _entropy(t):
+    """Binary cross-entropy of targets with themselves: the least log-loss of one point."""
+    t = np.asarray(t, float)
+    return float(-np.sum(t * np.log(t) + (1 - t) * np.log1p(-t)))
+
+
+def _logit(t):
+    return np.log(t) - np.log1p(-t)
+
+
+# (scores, targets) -> (theta = (slope, intercept), slope constraint active)
+TINY = {
+    # one point: the slope's standardised feature is 0, the intercept fits the target
+    "one point": (([0.7], [0.3]), ([0.0, _logit(0.3)], False)),
+    # two points, increasing targets: the line through both logits
+    "two points": (
+        ([-1.0, 1.0], [0.2, 0.6]),
+        ([(_logit(0.6) - _logit(0.2)) / 2, (_logit(0.6) + _logit(0.2)) / 2], False),
+    ),
+    # two points, decreasing labels: slope >= 0 binds, the intercept fits the mean 1/2
+    "two points, constrained": (([-1.0, 1.0], [1.0, 0.0]), ([0.0, 0.0], True)),
+}
+
+
+def _platt_design(s):
+    """Features ``[s, 1]`` and the constraint row ``slope >= 0``."""
+    s = np.asarray(s, float)
+    return np.stack([s, np.ones(s.size)], axis=1), np.array([[1.0, 0.0]])
+
+
+def _kernel_fit(s, t):
+    (X, C), t = _platt_design(s), np.asarray(t, float)
+    fit = jax.jit(functools.partial(linear_logit_cpu, intercept=1))
+    return jax.tree.map(np.asarray, fit(X, t, np.ones(t.size), C, 0.0, 1e-18, np.int32(100)))
+
+
+def _solver_fit(s, t):
+    (X, C), t = _platt_design(s), np.asarray(t, float)
+    solve = jax.jit(functools.partial(solver.solve, intercept=1))
+    theta, status = solve(X, t, np.ones(t.size), C, 0.0, max_iter=100, tol=1e-18)
+    return np.asarray(theta), status
+
+
+@pytest.mark.parametrize("case", sorted(TINY))
+def test_kernel_on_one_and_two_rows_gives_the_closed_form(case):
+    """A Platt design ``[s, 1]`` with ``slope >= 0`` on one or two rows: the kernel's theta,
+    objective (the targets' entropy, or 2 log 2 where the constraint binds) and active set
+    are the closed-form optimum's."""
+    (s, t), (expected, active) = TINY[case]
+    theta, info = _kernel_fit(s, t)
+    assert info[0] == CONVERGED
+    # tol = 1e-18 stops within about 1e-9 (relative) of the optimal objective: 1e-7 in theta
+    np.testing.assert_allclose(theta, expected, rtol=0, atol=1e-7)
+    least = 2 * np.log(2.0) if active else _entropy(t)
+    np.testing.assert_allclose(info[2], least, rtol=1e-12)
+    assert bool(info[4] > 0.5) == active
+    if active:
+        assert info[5] >= 0  # the multiplier of a binding constraint
+
+
+def test_kernel_on_no_rows_returns_nan_not_a_fit():
+    """No rows (total weight 0): no objective to minimise. The kernel reports "diverged"
+    with NaN coefficients, as the pure-JAX solver does, never a plausible number."""
+    theta, info = _kernel_fit([], [])
+    ref_theta, ref = _solver_fit([], [])
+    assert info[0] == int(ref.code) == DIVERGED
+    assert np.all(np.isnan(theta)) and np.all(np.isnan(ref_theta))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_kernel_at_saturated_logits_stops_where_the_solver_stops(n):
+    """Every target 1: no minimiser, the objective falls to 0 as the intercept grows. The
+    kernel sums each row's loss as the solver does, ``log1p(exp(-|z|))`` on its label's
+    side (``softplus(z) - z`` would cancel to 0 at z ~ 34 and stop Newton there), so both
+    take the same steps: the same status, iterations and coefficients."""
+    s = np.linspace(-1.0, 1.0, n)
+    theta, info = _kernel_fit(s, np.ones(n))
+    ref_theta, ref = _solver_fit(s, np.ones(n))
+    assert info[0] == int(ref.code) == CONVERGED and info[1] == int(ref.n_iter)
+    # the same steps, their sums rounded in another order (the old formula: 33.8 vs 40.8)
+    np.testing.assert_allclose(theta, ref_theta, rtol=1e-9, atol=1e-12)

@@ -144,7 +144,9 @@ def test_corp_plot_draws_the_metric_curve(tmp_path, monkeypatch):
         lambda fig, path, dpi: drawn.append(fig) or real_save(fig, path, dpi=dpi),
     )
     key = jax.random.key(8)
-    out = jaxcal.plot.corp_reliability(p, y, tmp_path / "c" / "corp.png", key=key, n_resamples=50)
+    out = jaxcal.plot.corp_reliability_diagram(
+        p, y, tmp_path / "c" / "corp.png", key=key, n_resamples=50
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ax = drawn[0].axes[0]
     curve = corp_reliability(p, y, key=key, n_resamples=50)

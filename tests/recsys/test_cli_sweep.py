@@ -46,7 +46,8 @@ def test_sweep_cli_table_matches_separate_fits(tmp_path, capsys):
     saved = tmp_path / "sweep.npz"
     args = _parse(
         f"bpr --train {tmp_path / 'train.tsv'} --test {tmp_path / 'test.tsv'} --one-based "
-        f"--grid lr=0.01,0.1 --grid seed=0,3 --set dim=3 --set n_steps=30 --set batch_size=8 "
+        f"--grid learning_rate=0.01,0.1 --grid replicate=0,3 --set rank=3 --set n_steps=30 "
+        f"--set batch_size=8 "
         f"--k 3 --key 5 --output {out} --save {saved} --quiet".split()
     )
     assert args.func(args) == 0
@@ -54,7 +55,7 @@ def test_sweep_cli_table_matches_separate_fits(tmp_path, capsys):
     assert "best by AUC" in printed and "ndcg@3" in printed
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
-    assert [(float(r["lr"]), int(r["seed"])) for r in rows] == [
+    assert [(float(r["learning_rate"]), int(r["replicate"])) for r in rows] == [
         (0.01, 0),
         (0.01, 3),
         (0.1, 0),
@@ -62,9 +63,9 @@ def test_sweep_cli_table_matches_separate_fits(tmp_path, capsys):
     ]
     labels, mask = test >= 4, test > 0
     for row in rows:
-        model = BPRMF(dim=3, n_steps=30, batch_size=8, lr=float(row["lr"]))
-        key = jax.random.fold_in(jax.random.key(5), int(row["seed"]))
-        scores = np.asarray(model.fit(train >= 4, key=key).score_all())
+        model = BPRMF(rank=3, n_steps=30, batch_size=8, learning_rate=float(row["learning_rate"]))
+        key = jax.random.fold_in(jax.random.key(5), int(row["replicate"]))
+        scores = np.asarray(model.fit(train >= 4, key=key).predict_all())
         per_user = [
             roc_auc_score(labels[u, mask[u]], scores[u, mask[u]])
             for u in range(n_users)
@@ -76,14 +77,15 @@ def test_sweep_cli_table_matches_separate_fits(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        ("bpr --grid lr", "NAME=VALUE"),
-        ("bpr --grid lr=0.1 --grid lr=0.2", "twice"),
-        ("bpr --grid lr=fast", "not a number"),
+        ("bpr --grid learning_rate", "NAME=VALUE"),
+        ("bpr --grid learning_rate=0.1 --grid learning_rate=0.2", "twice"),
+        ("bpr --grid learning_rate=fast", "not a number"),
         ("bpr --set depth=3", "no hyperparameter 'depth'"),
-        ("bpr --set dim=2.5", "integer"),
+        ("bpr --set rank=2.5", "integer"),
+        ("bpr --set rank=0", "rank must be an integer >= 1"),
         ("bpr --train x.tsv", "both --train and --test"),
         ("bpr --k 0", "--k"),
-        ("ncf --grid dim=8,16", "cannot sweep 'dim'"),
+        ("ncf --grid rank=8,16", "cannot sweep 'rank'"),
     ],
 )
 def test_bad_arguments_raise(argv, match):
@@ -95,5 +97,7 @@ def test_bad_arguments_raise(argv, match):
 def test_parse_settings_types():
     from jaxcal.recsys import NCF
 
-    got = sweep_cli.parse_settings(NCF, ["hidden=8,4", "optimizer=sgd", "lr=1e-3", "dim=4"])
-    assert got == {"hidden": (8, 4), "optimizer": "sgd", "lr": 1e-3, "dim": 4}
+    got = sweep_cli.parse_settings(
+        NCF, ["hidden=8,4", "optimizer=sgd", "learning_rate=1e-3", "rank=4"]
+    )
+    assert got == {"hidden": (8, 4), "optimizer": "sgd", "learning_rate": 1e-3, "rank": 4}

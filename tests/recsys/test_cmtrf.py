@@ -1,5 +1,8 @@
 """CMTRF estimator: grid = loop, early stopping, validation, save / load, eager errors,
-compile reuse, and recovery of planted transforms and segments."""
+compile reuse, the estimator = its pure core, and recovery of planted transforms and
+segments."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -9,9 +12,16 @@ from sklearn.metrics import adjusted_rand_score
 
 import jaxcal
 from jaxcal.data import Interactions
-from jaxcal.recsys import CMTRF, CMTRFEnsemble, CMTRFModel
+from jaxcal.recsys import CMTRF, CMTRFModel, CMTRFSolver, Search
+from jaxcal.recsys._cmtrf_fitted import _MEMBER_FIELDS
 
 TOL = 1e-8
+
+
+def _one(fitted, name):
+    """Field ``name`` of the only member of a one-member fit (NumPy)."""
+    assert fitted.n_members == 1
+    return np.asarray(getattr(fitted, name))[0]
 
 
 def _random_ratings(n_users=30, n_items=25, density=0.5, seed=0):
@@ -42,21 +52,24 @@ def data():
 def test_grid_equals_looped_single_fits(data):
     train, valid = data
     key = jax.random.key(1)
-    kwargs = {"transform": "global", "rank": 3, "n_sweeps": 6}
-    grid = CMTRF(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0], n_seeds=2, **kwargs)
-    fitted = grid.fit(train, key=key, validation=valid)
+    model = CMTRF(transform="global", rank=3, max_iter=6)
+    search = Search(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0], n_replicates=2)
+    fitted = model.fit(train, key=key, validation=valid, search=search)
     mse = np.asarray(fitted.grid_validation_mse)
     assert mse.shape == (2, 2, 2)
     best = np.unravel_index(np.argmin(mse), mse.shape)
     for a, lu in enumerate([0.3, 3.0]):
         for b, li in enumerate([1.0, 2.0]):
-            single = CMTRF(l2_user=lu, l2_item=li, **kwargs).fit(train, key=key, validation=valid)
+            single = dataclasses.replace(model, l2_user=lu, l2_item=li)
+            single = single.fit(train, key=key, validation=valid)
             np.testing.assert_allclose(mse[a, b, 0], single.grid_validation_mse[0, 0, 0], rtol=TOL)
             if best == (a, b, 0):
                 np.testing.assert_allclose(fitted.transforms, single.transforms, rtol=TOL)
                 np.testing.assert_allclose(fitted.user_factors, single.user_factors, rtol=1e-6)
-    # the second seed: fold_in(key, 1), whatever the grid around it
-    two = CMTRF(l2_user=3.0, l2_item=2.0, n_seeds=2, **kwargs).fit(train, key=key, validation=valid)
+    # the second replicate: fold_in(key, 1), whatever the grid around it
+    two = dataclasses.replace(model, l2_user=3.0, l2_item=2.0).fit(
+        train, key=key, validation=valid, search=Search(n_replicates=2)
+    )
     np.testing.assert_allclose(mse[1, 1, :], two.grid_validation_mse[0, 0, :], rtol=TOL)
     assert float(fitted.l2_user) == [0.3, 3.0][best[0]]
     assert float(fitted.l2_item) == [1.0, 2.0][best[1]]
@@ -64,22 +77,24 @@ def test_grid_equals_looped_single_fits(data):
 
 def test_early_stopping_keeps_the_best_validation_sweep(data):
     train, valid = data
-    model = CMTRF(transform="per_user", rank=4, l2_user=0.01, l2_item=0.01, n_sweeps=30, patience=3)
+    model = CMTRF(transform="per_user", rank=4, l2_user=0.01, l2_item=0.01, max_iter=30, patience=3)
     fitted = model.fit(train, key=jax.random.key(0), validation=valid)
-    history = np.asarray(fitted.validation_mse)
+    history = _one(fitted, "validation_mse")
     ran = np.flatnonzero(~np.isnan(history))
-    best = int(fitted.best_sweep)
+    best = int(_one(fitted, "best_sweep"))
     assert best == int(np.nanargmin(history))
     if ran[-1] < 29:  # stopped early: exactly `patience` sweeps after the best one
         assert ran[-1] == best + 3
     # the reported MSE is that of the kept parameters on the validation ratings (oracle: numpy)
     pred = np.asarray(fitted.predict(valid.user, valid.item))
     np.testing.assert_allclose(np.mean((pred - valid.rating) ** 2), history[best], rtol=1e-10)
+    # one member: the mean's validation MSE is the member's, the grid's only point
+    assert float(fitted.mean_validation_mse) == history[best] == fitted.grid_validation_mse.item()
 
 
 def test_validation_is_held_out_from_train_by_key(data):
     train, _ = data
-    model = CMTRF(transform="global", rank=2, n_sweeps=3)
+    model = CMTRF(transform="global", rank=2, max_iter=3)
     a = model.fit(train, key=jax.random.key(3))
     b = model.fit(train, key=jax.random.key(3))
     np.testing.assert_array_equal(a.transforms, b.transforms)
@@ -99,13 +114,14 @@ def test_validation_is_held_out_from_train_by_key(data):
 
 def test_save_load_round_trip(data, tmp_path):
     train, valid = data
-    fitted = CMTRF(transform="clustered", n_clusters=2, rank=2, n_sweeps=3, biases=True).fit(
+    fitted = CMTRF(transform="clustered", n_clusters=2, rank=2, max_iter=3, biases=True).fit(
         train, key=jax.random.key(0), validation=valid
     )
     path = tmp_path / "cmtrf.npz"
     jaxcal.save(fitted, path)
     back = jaxcal.load(path)
     assert isinstance(back, CMTRFModel) and back.transform == "clustered" and back.anchor
+    assert back.objective == "squared" and back.min_gap == 0.5
     for a, b in zip(jax.tree.leaves(fitted), jax.tree.leaves(back), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.predict([0, 1], [2, 3]), fitted.predict([0, 1], [2, 3]))
@@ -115,15 +131,18 @@ def test_save_load_round_trip(data, tmp_path):
     ("kwargs", "match"),
     [
         ({"transform": "cluster"}, "transform must be one of"),
-        ({"loss": "logistic"}, "loss must be one of"),
-        ({"epsilon": 0.0}, "epsilon must be > 0"),
-        ({"epsilon": 1.5}, "epsilon must be <= 1 with anchor=True"),
+        ({"objective": "logistic"}, "objective must be one of"),
+        ({"min_gap": 0.0}, "min_gap must be a finite number and > 0"),
+        ({"min_gap": 1.5}, "min_gap must be <= 1 with anchor=True"),
         ({"rank": 0}, "rank must be an integer"),
-        ({"l2_user": [1.0, -1.0]}, "l2_user must be finite and > 0"),
-        ({"l2_item": []}, "l2_item must be a positive number or a non-empty"),
+        ({"n_clusters": 0}, "n_clusters must be an integer"),
+        ({"max_iter": 0}, "max_iter must be an integer"),
+        ({"l2_user": -1.0}, "l2_user must be a finite number and > 0"),
+        ({"l2_item": [1.0, 2.0]}, r"l2_item must be a number > 0; .*search=Search\(l2_item"),
         ({"validation_fraction": 1.0}, "validation_fraction must lie in"),
-        ({"refit": 1}, "refit must be True or False"),
+        ({"anchor": 1}, "anchor must be True or False"),
         ({"patience": 0}, "patience must be an integer"),
+        ({"n_levels": 1}, "n_levels must be an integer >= 2"),
     ],
 )
 def test_bad_hyperparameters_raise(kwargs, match):
@@ -131,10 +150,43 @@ def test_bad_hyperparameters_raise(kwargs, match):
         CMTRF(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (lambda: Search(l2_user=[1.0, -1.0]), "l2_user must be finite and > 0"),
+        (lambda: Search(l2_item=[]), "l2_item must be a positive number or a non-empty"),
+        (lambda: Search(n_replicates=0), "n_replicates must be an integer"),
+        (lambda: Search(ensemble=0), "ensemble must be an integer"),
+        (lambda: Search(refit=1), "refit must be True or False"),
+        (lambda: Search(warm_start="yes"), "warm_start must be True or False"),
+        (lambda: Search(warm_start=True, n_replicates=2), "needs n_replicates=1"),
+        (lambda: CMTRFSolver(grid_batch_size=0), "grid_batch_size must be an integer"),
+        (lambda: CMTRFSolver(dense=1), "dense must be None, True or False"),
+        (lambda: CMTRFSolver(n_newton=0), "n_newton must be an integer"),
+        (lambda: CMTRFSolver(init_scale=0.0), "init_scale must be a finite number and > 0"),
+    ],
+)
+def test_bad_search_and_solver_options_raise(options, match):
+    with pytest.raises(ValueError, match=match):
+        options()
+
+
+def test_search_grids_are_stored_as_tuples_of_floats():
+    search = Search(l2_user=np.array([0.5, 2]), l2_item=3)
+    assert search.l2_user == (0.5, 2.0) and search.l2_item == (3.0,)
+    assert hash(search) == hash(Search(l2_user=[0.5, 2.0], l2_item=(3.0,)))
+
+
 def test_bad_data_raise(data):
     train, valid = data
-    model = CMTRF(n_sweeps=2)
+    model = CMTRF(max_iter=2)
     key = jax.random.key(0)
+    with pytest.raises(ValueError, match="search must be a jaxcal.recsys.Search"):
+        model.fit(train, key=key, search={"l2_user": [1.0]})
+    with pytest.raises(ValueError, match="solver must be a jaxcal.recsys.CMTRFSolver"):
+        model.fit(train, key=key, solver=Search())
+    with pytest.raises(ValueError, match="key must be a JAX PRNG key"):
+        model.fit(train, key=0)
     with pytest.raises(ValueError, match="must be jaxcal.data.Interactions"):
         model.fit(np.ones((3, 3)), key=key)
     bad = train._replace(rating=np.where(np.arange(train.rating.size) == 0, 0, train.rating))
@@ -153,7 +205,7 @@ def test_bad_data_raise(data):
 
 
 def test_second_data_size_in_the_bucket_compiles_nothing(compiles):
-    model = CMTRF(transform="global", rank=2, n_sweeps=2)
+    model = CMTRF(transform="global", rank=2, max_iter=2)
     first = _split(_random_ratings(seed=1), 0.2, 1)
     second = _split(_random_ratings(density=0.45, seed=2), 0.2, 2)
     assert first[0].rating.size != second[0].rating.size
@@ -162,8 +214,8 @@ def test_second_data_size_in_the_bucket_compiles_nothing(compiles):
     with compiles() as c:
         fitted = model.fit(second[0], key=jax.random.key(0), validation=second[1])
         fitted.predict(second[1].user, second[1].item)  # 83 and 75 pairs: one bucket
-        # new penalties and epsilon are traced values: no new program either
-        CMTRF(transform="global", rank=2, n_sweeps=2, l2_user=0.3, epsilon=0.25).fit(
+        # new penalties and min_gap are traced values: no new program either
+        CMTRF(transform="global", rank=2, max_iter=2, l2_user=0.3, min_gap=0.25).fit(
             second[0], key=jax.random.key(1), validation=second[1]
         )
     assert c.count == 0
@@ -200,40 +252,41 @@ def test_clustered_recovers_planted_segments_and_shapes(planted):
         transform="clustered",
         n_clusters=2,
         rank=3,
-        epsilon=0.1,
+        min_gap=0.1,
         l2_user=0.1,
         l2_item=0.1,
-        n_sweeps=40,
+        max_iter=40,
     )
     fitted = model.fit(train, key=jax.random.key(0))
-    group = np.asarray(fitted.group)
+    group = _one(fitted, "group")
     assert adjusted_rand_score(segment, group) > 0.8
     for s in (0, 1):
         cluster = np.bincount(group[segment == s], minlength=2).argmax()
         # up to the affine gauge, within 0.15 of the truth (the joint least squares pulls
         # interior levels a little toward the middle)
         np.testing.assert_allclose(
-            _normalised(fitted.transforms[cluster]), _normalised(truth[s]), atol=0.15
+            _normalised(_one(fitted, "transforms")[cluster]), _normalised(truth[s]), atol=0.15
         )
 
 
 def test_anchoring_prevents_the_collapse_to_the_margin(planted):
     train, _, _ = planted
-    kwargs = {"transform": "global", "rank": 3, "l2_user": 0.1, "l2_item": 0.1, "n_sweeps": 30}
-    eps = 0.5
-    anchored = CMTRF(epsilon=eps, **kwargs).fit(train, key=jax.random.key(0))
-    gaps = np.diff(np.asarray(anchored.transforms[0]))
-    assert np.all(gaps >= eps - 1e-9) and np.max(gaps) > eps + 0.2
-    # the authors' unanchored formulation: every gap ends at exactly eps (a free offset only)
-    free = CMTRF(epsilon=eps, anchor=False, **kwargs).fit(train, key=jax.random.key(0))
-    np.testing.assert_allclose(np.diff(np.asarray(free.transforms[0])), eps, atol=1e-6)
+    kwargs = {"transform": "global", "rank": 3, "l2_user": 0.1, "l2_item": 0.1, "max_iter": 30}
+    gap = 0.5
+    anchored = CMTRF(min_gap=gap, **kwargs).fit(train, key=jax.random.key(0))
+    gaps = np.diff(_one(anchored, "transforms")[0])
+    assert np.all(gaps >= gap - 1e-9) and np.max(gaps) > gap + 0.2
+    # the authors' unanchored formulation: every gap ends at exactly min_gap (a free offset)
+    free = CMTRF(min_gap=gap, anchor=False, **kwargs).fit(train, key=jax.random.key(0))
+    np.testing.assert_allclose(np.diff(_one(free, "transforms")[0]), gap, atol=1e-6)
 
 
 def test_dense_and_pairs_half_steps_fit_the_same_model(data):
     train, valid = data
-    kwargs = {"transform": "per_user", "rank": 2, "n_sweeps": 3, "biases": True}
-    a = CMTRF(dense=True, **kwargs).fit(train, key=jax.random.key(0), validation=valid)
-    b = CMTRF(dense=False, **kwargs).fit(train, key=jax.random.key(0), validation=valid)
+    model = CMTRF(transform="per_user", rank=2, max_iter=3, biases=True)
+    kw = {"key": jax.random.key(0), "validation": valid}
+    a = model.fit(train, solver=CMTRFSolver(dense=True), **kw)
+    b = model.fit(train, solver=CMTRFSolver(dense=False), **kw)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-7, atol=1e-9)
 
@@ -244,10 +297,10 @@ def test_poisson_items_are_stationary_after_the_last_half_step(data):
     global offset (refitted at the start of each sweep)."""
     train, valid = data
     l2_item = 0.7
-    model = CMTRF(transform="none", loss="poisson", rank=2, l2_item=l2_item, n_sweeps=4)
+    model = CMTRF(transform="none", objective="poisson", rank=2, l2_item=l2_item, max_iter=4)
     fitted = model.fit(train, key=jax.random.key(0), validation=valid)
-    x, y = np.asarray(fitted.user_factors), np.asarray(fitted.item_factors)
-    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(fitted.offset)
+    x, y = _one(fitted, "user_factors"), _one(fitted, "item_factors")
+    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(_one(fitted, "offset"))
     residual = np.exp(theta) - train.rating  # z = r: the identity transform
     grad = np.zeros_like(y)
     np.add.at(grad, train.item, residual[:, None] * x[train.user])
@@ -293,10 +346,10 @@ def test_the_refitted_offset_minimises_the_loss_given_the_rest(loss):
 
 def test_ridge_mf_with_the_offset_beats_it_without(data):
     train, valid = data
-    kw = {"transform": "none", "rank": 2, "l2_user": 1.0, "l2_item": 1.0, "n_sweeps": 6}
+    kw = {"transform": "none", "rank": 2, "l2_user": 1.0, "l2_item": 1.0, "max_iter": 6}
     with_mu = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
     without = CMTRF(offset=False, **kw).fit(train, key=jax.random.key(0), validation=valid)
-    assert float(without.offset) == 0.0 and float(with_mu.offset) > 1.0  # ratings are 1..5
+    assert float(_one(without, "offset")) == 0.0 and float(_one(with_mu, "offset")) > 1.0
     assert float(np.nanmin(with_mu.validation_mse)) < float(np.nanmin(without.validation_mse))
 
 
@@ -311,12 +364,12 @@ def test_ips_items_are_stationary_under_the_weighted_loss(data):
     train, valid = data
     p = _propensity(train)
     l2_item = 0.7
-    model = CMTRF(transform="none", rank=2, l2_item=l2_item, n_sweeps=4)
+    model = CMTRF(transform="none", rank=2, l2_item=l2_item, max_iter=4)
     fitted = model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)
-    x, y = np.asarray(fitted.user_factors), np.asarray(fitted.item_factors)
+    x, y = _one(fitted, "user_factors"), _one(fitted, "item_factors")
     w = 1.0 / p[train.user, train.item]
     w = w / w.mean()
-    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(fitted.offset)
+    theta = np.sum(x[train.user] * y[train.item], axis=1) + float(_one(fitted, "offset"))
 
     def grad(weight):
         g = l2_item * y.copy()
@@ -332,8 +385,9 @@ def test_ips_validation_mse_is_the_self_normalised_weighted_error(data):
     own predictions), and every other grid point's is no smaller."""
     train, valid = data
     p = _propensity(train)
-    model = CMTRF(transform="global", rank=2, l2_user=(0.3, 3.0), l2_item=(0.3, 3.0), n_sweeps=6)
-    fitted = model.fit(train, key=jax.random.key(0), validation=valid, propensity=p)
+    model = CMTRF(transform="global", rank=2, max_iter=6)
+    search = Search(l2_user=(0.3, 3.0), l2_item=(0.3, 3.0))
+    fitted = model.fit(train, key=jax.random.key(0), validation=valid, propensity=p, search=search)
     pred = np.asarray(fitted.predict(valid.user, valid.item))
     w = 1.0 / p[valid.user, valid.item]
     want = np.sum(w * (pred - valid.rating) ** 2) / np.sum(w)
@@ -344,7 +398,7 @@ def test_ips_validation_mse_is_the_self_normalised_weighted_error(data):
 
 def test_constant_propensity_is_the_unweighted_fit(data):
     train, valid = data
-    model = CMTRF(transform="per_user", rank=2, n_sweeps=5)
+    model = CMTRF(transform="per_user", rank=2, max_iter=5)
     plain = model.fit(train, key=jax.random.key(0), validation=valid)
     const = np.full((train.n_users, train.n_items), 0.3)
     ips = model.fit(train, key=jax.random.key(0), validation=valid, propensity=const)
@@ -354,7 +408,7 @@ def test_constant_propensity_is_the_unweighted_fit(data):
 
 def test_bad_propensity_raises(data):
     train, valid = data
-    model = CMTRF(transform="none", rank=2, n_sweeps=2)
+    model = CMTRF(transform="none", rank=2, max_iter=2)
     with pytest.raises(ValueError, match="propensity must be"):
         model.fit(train, key=jax.random.key(0), validation=valid, propensity=np.ones((3, 3)))
     p = _propensity(train)
@@ -379,14 +433,14 @@ def test_tol_stops_where_the_rule_says_and_keeps_the_best_sweep(data, tol):
     """The same sweeps as tol=0 up to the stop, which falls where the rule (numpy, on the
     tol=0 history) puts it; the kept sweep is the lowest validation MSE among those run."""
     train, valid = data
-    kw = {"transform": "global", "rank": 2, "n_sweeps": 40, "patience": 3}
+    kw = {"transform": "global", "rank": 2, "max_iter": 40, "patience": 3}
     full = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
     early = CMTRF(tol=tol, **kw).fit(train, key=jax.random.key(0), validation=valid)
-    h0, h = np.asarray(full.validation_mse), np.asarray(early.validation_mse)
+    h0, h = _one(full, "validation_mse"), _one(early, "validation_mse")
     ran = int(np.sum(~np.isnan(h)))
     assert ran == _stop_after(h0[~np.isnan(h0)], 3, tol)
     np.testing.assert_allclose(h[:ran], h0[:ran], rtol=1e-6)
-    assert int(early.best_sweep) == int(np.argmin(h[:ran]))
+    assert int(_one(early, "best_sweep")) == int(np.argmin(h[:ran]))
     assert ran <= int(np.sum(~np.isnan(h0)))
 
 
@@ -419,9 +473,12 @@ def test_warm_start_chains_the_single_fits(data, transform):
 
     train, valid = data
     grid = (0.3, 3.0)
-    kw = {"transform": transform, "rank": 2, "n_sweeps": 8, "n_clusters": 2, "patience": 2}
-    warm = CMTRF(l2_user=grid, l2_item=grid, warm_start=True, **kw).fit(
-        train, key=jax.random.key(0), validation=valid
+    kw = {"transform": transform, "rank": 2, "max_iter": 8, "n_clusters": 2, "patience": 2}
+    warm = CMTRF(**kw).fit(
+        train,
+        key=jax.random.key(0),
+        validation=valid,
+        search=Search(l2_user=grid, l2_item=grid, warm_start=True),
     )
     gm = np.asarray(warm.grid_validation_mse)[..., 0]
 
@@ -436,16 +493,11 @@ def test_warm_start_chains_the_single_fits(data, transform):
         assert gm[a, 0] != pytest.approx(single(lu, 0.3), rel=1e-6)  # from (lu, 3.0)
     assert np.all(np.isfinite(gm))
     if transform == "none":
-        x, y = np.asarray(warm.user_factors), np.asarray(warm.item_factors)
-        theta = np.sum(x[train.user] * y[train.item], axis=1) + float(warm.offset)
+        x, y = _one(warm, "user_factors"), _one(warm, "item_factors")
+        theta = np.sum(x[train.user] * y[train.item], axis=1) + float(_one(warm, "offset"))
         g = float(warm.l2_item) * y
         np.add.at(g, train.item, (theta - train.rating)[:, None] * x[train.user])
         assert np.max(np.abs(g)) < 1e-8
-
-
-def test_warm_start_needs_one_seed():
-    with pytest.raises(ValueError, match="n_seeds=1"):
-        CMTRF(warm_start=True, n_seeds=2)
 
 
 def _numpy_als(data, v, l2_user, l2_item, n_sweeps):
@@ -497,9 +549,9 @@ def test_replay_runs_the_given_sweeps_from_the_same_start(data, transform):
 
 
 def _item_gradient(model, data, weight=None):
-    x, y = np.asarray(model.user_factors), np.asarray(model.item_factors)
+    x, y = _one(model, "user_factors"), _one(model, "item_factors")
     w = np.ones(data.rating.size) if weight is None else weight
-    theta = np.sum(x[data.user] * y[data.item], axis=1) + float(model.offset)
+    theta = np.sum(x[data.user] * y[data.item], axis=1) + float(_one(model, "offset"))
     g = float(model.l2_item) * y
     np.add.at(g, data.item, (w * (theta - data.rating))[:, None] * x[data.user])
     return np.max(np.abs(g))
@@ -514,10 +566,13 @@ def test_refit_learns_from_training_and_validation_ratings(data, warm_start, ips
     train, valid = data
     both = train.concat(valid)
     p = _propensity(train) if ips else None
-    kw = {"transform": "none", "rank": 2, "l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0)}
-    kw |= {"n_sweeps": 10, "warm_start": warm_start}
-    fit = lambda refit: CMTRF(refit=refit, **kw).fit(  # noqa: E731
-        train, key=jax.random.key(0), validation=valid, propensity=p
+    grid = {"l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0), "warm_start": warm_start}
+    fit = lambda refit: CMTRF(transform="none", rank=2, max_iter=10).fit(  # noqa: E731
+        train,
+        key=jax.random.key(0),
+        validation=valid,
+        propensity=p,
+        search=Search(refit=refit, **grid),
     )
     plain, refitted = fit(False), fit(True)
     w = None
@@ -533,21 +588,22 @@ def test_refit_learns_from_training_and_validation_ratings(data, warm_start, ips
 
 def test_refit_clustered_keeps_the_clusters_shape(data):
     train, valid = data
-    kw = {"transform": "clustered", "rank": 2, "n_clusters": 3, "n_sweeps": 6}
-    plain = CMTRF(**kw).fit(train, key=jax.random.key(0), validation=valid)
-    refitted = CMTRF(refit=True, **kw).fit(train, key=jax.random.key(0), validation=valid)
-    assert refitted.transforms.shape == plain.transforms.shape == (3, 5)
-    assert np.all(np.diff(np.asarray(refitted.transforms), axis=1) >= 0.5 - 1e-9)
+    model = CMTRF(transform="clustered", rank=2, n_clusters=3, max_iter=6)
+    plain = model.fit(train, key=jax.random.key(0), validation=valid)
+    refitted = model.fit(train, key=jax.random.key(0), validation=valid, search=Search(refit=True))
+    assert refitted.transforms.shape == plain.transforms.shape == (1, 3, 5)
+    assert np.all(np.diff(np.asarray(refitted.transforms), axis=-1) >= 0.5 - 1e-9)
     assert not np.allclose(refitted.user_factors, plain.user_factors)
 
 
 def _numpy_predict(model, users, items):
-    """Predicted ratings of a CMTRFModel in numpy: theta through the piecewise-linear inverse
-    of the user's transform, extended linearly beyond the end levels."""
-    x, y = np.asarray(model.user_factors), np.asarray(model.item_factors)
-    theta = np.sum(x[users] * y[items], axis=1) + np.asarray(model.user_bias)[users]
-    theta = theta + np.asarray(model.item_bias)[items] + float(model.offset)
-    z = np.asarray(model.transforms)[np.asarray(model.group)[users]]
+    """Predicted ratings of a one-member CMTRFModel in numpy: theta through the
+    piecewise-linear inverse of the user's transform, extended linearly beyond the end
+    levels."""
+    x, y = _one(model, "user_factors"), _one(model, "item_factors")
+    theta = np.sum(x[users] * y[items], axis=1) + _one(model, "user_bias")[users]
+    theta = theta + _one(model, "item_bias")[items] + float(_one(model, "offset"))
+    z = _one(model, "transforms")[_one(model, "group")[users]]
     out = np.empty(theta.size)
     for n, (t, zr) in enumerate(zip(theta, z, strict=True)):
         k = int(np.clip(np.searchsorted(zr, t) - 1, 0, zr.size - 2))
@@ -556,23 +612,35 @@ def _numpy_predict(model, users, items):
 
 
 @pytest.mark.parametrize("transform", ["none", "per_user"])
-def test_ensemble_members_are_the_seeds_after_the_grid(data, transform):
-    """Oracles: the members are the fits of the grid's next seeds (the grid with n_seeds=S
-    trains them independently); predict is the mean of the members' predictions, in numpy;
-    mean_validation_mse is the numpy MSE of that mean on the validation ratings."""
+def test_ensemble_members_are_the_replicates_after_the_grid(data, transform):
+    """Oracles: the members are the fits of the grid's next replicates (the grid with
+    n_replicates=S trains them independently); predict is the mean of the members'
+    predictions, in numpy; mean_validation_mse is the numpy MSE of that mean on the
+    validation ratings."""
     train, valid = data
-    kw = {"transform": transform, "rank": 2, "l2_user": 0.5, "l2_item": 2.0, "n_sweeps": 8}
+    model = CMTRF(transform=transform, rank=2, l2_user=0.5, l2_item=2.0, max_iter=8)
     key = jax.random.key(2)
-    ens = CMTRF(ensemble=3, **kw).fit(train, key=key, validation=valid)
-    seeds = CMTRF(n_seeds=3, **kw).fit(train, key=key, validation=valid)
+    ens = model.fit(train, key=key, validation=valid, search=Search(ensemble=3))
+    reps = model.fit(train, key=key, validation=valid, search=Search(n_replicates=3))
     assert ens.n_members == 3 and ens.user_factors.shape == (3, train.n_users, 2)
+    assert isinstance(ens, CMTRFModel) and isinstance(ens.member(1), CMTRFModel)
     best = [float(np.nanmin(ens.member(k).validation_mse)) for k in range(3)]
-    np.testing.assert_allclose(best, np.asarray(seeds.grid_validation_mse)[0, 0], rtol=TOL)
+    np.testing.assert_allclose(best, np.asarray(reps.grid_validation_mse)[0, 0], rtol=TOL)
+    # a member's own record: its best validation MSE
+    assert [float(ens.member(k).mean_validation_mse) for k in range(3)] == best
     users, items = np.asarray(valid.user), np.asarray(valid.item)
     each = [_numpy_predict(ens.member(k), users, items) for k in range(3)]
     mean = np.mean(each, axis=0)
     np.testing.assert_allclose(ens.predict(users, items), mean, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(ens.predict(users, items, clip=True), np.clip(mean, 1, 5), 1e-6)
+    # predict_all: every item's mean prediction, row by row
+    all_items = np.asarray(ens.predict_all(np.array([4, 0])))
+    for row, u in zip(all_items, (4, 0), strict=True):
+        each_u = [
+            _numpy_predict(ens.member(k), np.full(train.n_items, u), np.arange(train.n_items))
+            for k in range(3)
+        ]
+        np.testing.assert_allclose(row, np.mean(each_u, axis=0), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(
         float(ens.mean_validation_mse), np.mean((mean - valid.rating) ** 2), rtol=1e-6
     )
@@ -587,13 +655,13 @@ def test_ensemble_member_0_is_the_chosen_fit_and_refits_are_stationary(data, war
     """Member 0 is the fit without ensemble (warm-started or not); with refit every member's
     item factors zero the gradient of the loss over train + validation (numpy KKT)."""
     train, valid = data
-    kw = {"transform": "none", "rank": 2, "l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0)}
-    kw |= {"n_sweeps": 10, "warm_start": warm_start, "refit": True}
+    model = CMTRF(transform="none", rank=2, max_iter=10)
+    kw = {"l2_user": (0.3, 3.0), "l2_item": (0.5, 5.0), "warm_start": warm_start, "refit": True}
     key = jax.random.key(0)
-    single = CMTRF(**kw).fit(train, key=key, validation=valid)
-    ens = CMTRF(ensemble=3, **kw).fit(train, key=key, validation=valid)
-    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(ens.member(0)), strict=True):
-        np.testing.assert_array_equal(a, b)
+    single = model.fit(train, key=key, validation=valid, search=Search(**kw))
+    ens = model.fit(train, key=key, validation=valid, search=Search(ensemble=3, **kw))
+    for f in _MEMBER_FIELDS:
+        np.testing.assert_array_equal(getattr(single, f), getattr(ens.member(0), f))
     both = train.concat(valid)
     for k in range(3):
         assert _item_gradient(ens.member(k), both) < 1e-8
@@ -603,19 +671,19 @@ def test_ensemble_member_0_is_the_chosen_fit_and_refits_are_stationary(data, war
 
 def test_ensemble_save_load_and_errors(data, tmp_path):
     train, valid = data
-    ens = CMTRF(transform="clustered", n_clusters=2, rank=2, n_sweeps=3, ensemble=2).fit(
-        train, key=jax.random.key(0), validation=valid
+    ens = CMTRF(transform="clustered", n_clusters=2, rank=2, max_iter=3).fit(
+        train, key=jax.random.key(0), validation=valid, search=Search(ensemble=2)
     )
     jaxcal.save(ens, tmp_path / "ens.npz")
     back = jaxcal.load(tmp_path / "ens.npz")
-    assert isinstance(back, CMTRFEnsemble) and back.transforms.shape == (2, 2, 5)
+    assert isinstance(back, CMTRFModel) and back.transforms.shape == (2, 2, 5)
     for a, b in zip(jax.tree.leaves(ens), jax.tree.leaves(back), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.predict([0, 1], [2, 3]), ens.predict([0, 1], [2, 3]))
     with pytest.raises(ValueError, match="member index must lie in"):
         ens.member(2)
-    with pytest.raises(ValueError, match="ensemble must be an integer"):
-        CMTRF(ensemble=0)
+    with pytest.raises(ValueError, match="member index must lie in"):
+        ens.member(True)
 
 
 @pytest.mark.parametrize("batch", [None, 3])
@@ -623,11 +691,74 @@ def test_vmapped_grid_chunks_equal_the_sequential_grid(data, batch):
     """On a CPU the grid runs point after point; grid_batch_size vmaps chunks of points (3 of
     4: a chunk and a remainder): the same fits either way, and each equals its single fit."""
     train, valid = data
-    kw = {"transform": "global", "rank": 2, "n_sweeps": 6}
+    kw = {"transform": "global", "rank": 2, "max_iter": 6}
     key = jax.random.key(4)
-    grid = CMTRF(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0], grid_batch_size=batch, **kw)
-    mse = np.asarray(grid.fit(train, key=key, validation=valid).grid_validation_mse)[..., 0]
+    grid = CMTRF(**kw).fit(
+        train,
+        key=key,
+        validation=valid,
+        search=Search(l2_user=[0.3, 3.0], l2_item=[1.0, 2.0]),
+        solver=CMTRFSolver(grid_batch_size=batch),
+    )
+    mse = np.asarray(grid.grid_validation_mse)[..., 0]
     for a, lu in enumerate([0.3, 3.0]):
         for b, li in enumerate([1.0, 2.0]):
             one = CMTRF(l2_user=lu, l2_item=li, **kw).fit(train, key=key, validation=valid)
             np.testing.assert_allclose(mse[a, b], one.grid_validation_mse[0, 0, 0], rtol=TOL)
+
+
+def test_the_estimator_is_its_pure_core(data):
+    """Oracle: the pure core called by hand (core.fit_one at replicate r's key fold_in(k, r)
+    with k = split(key)[1], each grid point's penalties, min_gap, patience and tol, and the
+    solver's Newton steps and initial scale; the lowest validation MSE chosen; the ensemble's
+    further members at the replicates after the grid's). The estimator's Search / CMTRFSolver
+    options reach the core unchanged, member by member."""
+    from jaxcal._shapes import padded_size
+    from jaxcal.recsys import _cmtrf_core as core
+    from jaxcal.recsys.cmtrf import _pairs, _training_problem
+
+    train, valid = data
+    model = CMTRF(
+        transform="per_user", rank=2, objective="poisson", biases=True, min_gap=0.3,
+        max_iter=6, patience=2, tol=1e-3,
+    )  # fmt: skip
+    search = Search(l2_user=(0.5, 2.0), l2_item=(1.0,), n_replicates=2, ensemble=2)
+    solver = CMTRFSolver(n_newton=3, init_scale=0.2, dense=False)
+    key = jax.random.key(7)
+    fitted = model.fit(train, key=key, validation=valid, search=search, solver=solver)
+
+    pairs = _pairs(valid.user, valid.item, valid.rating, padded_size(valid.rating.size), False)
+    problem = _training_problem(train, None, pairs)
+    cfg = core.Config(
+        n_users=padded_size(train.n_users), n_items=padded_size(train.n_items), n_levels=5,
+        rank=2, transform="per_user", loss="poisson", biases=True, n_sweeps=6, n_newton=3,
+        init_scale=0.2,
+    )  # fmt: skip
+    fit_one = jax.jit(lambda k, lu, li: core.fit_one(problem, k, lu, li, 0.3, 2, 1e-3, cfg)[0])
+    k_grid = jax.random.split(key)[1]
+
+    def run(lu, li, r):
+        return fit_one(jax.random.key_data(jax.random.fold_in(k_grid, r)), lu, li)
+
+    grid = {(a, r): run(lu, 1.0, r) for a, lu in enumerate((0.5, 2.0)) for r in range(2)}
+    mse = np.array([[float(grid[a, r].best_mse) for r in range(2)] for a in range(2)])
+    np.testing.assert_allclose(fitted.grid_validation_mse[:, 0, :], mse, rtol=1e-8)
+    a, r = np.unravel_index(np.argmin(mse), mse.shape)
+    assert float(fitted.l2_user) == (0.5, 2.0)[a] and float(fitted.l2_item) == 1.0
+    members = [grid[a, r], run((0.5, 2.0)[a], 1.0, 2)]  # the next replicate after the grid's
+    for k, out in enumerate(members):
+        got = fitted.member(k)
+        n_u, n_i = train.n_users, train.n_items
+        want = {
+            "user_factors": out.state.user_factors[:n_u],
+            "item_factors": out.state.item_factors[:n_i],
+            "user_bias": out.state.user_bias[:n_u],
+            "item_bias": out.state.item_bias[:n_i],
+            "transforms": out.state.transforms[:n_u],
+            "offset": out.state.offset,
+            "validation_mse": out.history,
+        }
+        for name, value in want.items():
+            # the compiled ridge kernel or segment sums: equal up to summation order
+            np.testing.assert_allclose(_one(got, name), value, rtol=1e-8, atol=1e-10)
+        assert int(_one(got, "best_sweep")) == int(out.best_sweep)

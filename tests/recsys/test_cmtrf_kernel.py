@@ -20,7 +20,7 @@ import pytest
 
 from jaxcal import _native
 from jaxcal.data import Interactions
-from jaxcal.recsys import CMTRF
+from jaxcal.recsys import CMTRF, CMTRFSolver, Search
 from jaxcal.recsys import _cmtrf_core as core
 
 F64 = 1e-10
@@ -174,18 +174,19 @@ def _ratings(seed=0, n_users=25, n_items=20):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "search", "solver"),
     [
-        {"transform": "global", "l2_user": [0.5, 2.0]},
-        {"transform": "per_user", "biases": True, "loss": "poisson", "n_newton": 4},
+        ({"transform": "global"}, {"l2_user": [0.5, 2.0]}, {}),
+        ({"transform": "per_user", "biases": True, "objective": "poisson"}, {}, {"n_newton": 4}),
     ],
 )
-def test_fit_without_the_kernel_equals_the_kernel_fit(kwargs, monkeypatch):
+def test_fit_without_the_kernel_equals_the_kernel_fit(kwargs, search, solver, monkeypatch):
     data = _ratings()
-    model = CMTRF(rank=2, n_sweeps=4, dense=False, **kwargs)
-    kernel = model.fit(data, key=jax.random.key(0))
+    model = CMTRF(rank=2, max_iter=4, **kwargs)
+    options = {"search": Search(**search), "solver": CMTRFSolver(dense=False, **solver)}
+    kernel = model.fit(data, key=jax.random.key(0), **options)
     monkeypatch.setenv(_native.ENV, "0")
     assert not _native.ridge_cpu_available()
-    portable = model.fit(data, key=jax.random.key(0))
+    portable = model.fit(data, key=jax.random.key(0), **options)
     for a, b in zip(jax.tree.leaves(kernel), jax.tree.leaves(portable), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9)

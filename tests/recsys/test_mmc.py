@@ -61,7 +61,7 @@ def test_iterations_match_a_numpy_and_sklearn_oracle():
     rng = np.random.default_rng(1)
     held = rng.random(train.size) < 0.2
     fit_part, val_part = train.select(~held), train.select(held)
-    model = MMC(rank=2, n_iter=2, step=1.5).fit(
+    model = MMC(rank=2, max_iter=2, step=1.5).fit(
         fit_part, key=jax.random.key(0), validation=val_part
     )
 
@@ -79,7 +79,12 @@ def test_iterations_match_a_numpy_and_sklearn_oracle():
     assert int(model.best_iteration) == best
     z_best, g_best = oracle[best]
     users, items = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
-    np.testing.assert_allclose(model.score(users, items), z_best, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(model.predict_latent(users, items), z_best, rtol=1e-8, atol=1e-10)
+    # predict_all: every item's prediction, row by row (the pairwise predict as the oracle)
+    np.testing.assert_array_equal(
+        model.predict_all(np.array([3, 0])), model.predict(np.array([[3], [0]]), items[:1])
+    )
+    assert model.predict_all().shape == x.shape
     np.testing.assert_allclose(
         model.predict(val_part.user, val_part.item), g_best[~is_train], rtol=1e-8, atol=1e-10
     )
@@ -109,7 +114,7 @@ def test_recovers_a_monotone_low_rank_matrix_where_ridge_mf_cannot():
     completes the held-out entries to < 1e-3 MSE (the isotonic link makes the rank-2 model
     exact), ridge MF at the same rank stays far above it for every l2 tried."""
     x, observed, train = _monotone_low_rank(m=40, n=32)
-    model = MMC(rank=2, n_iter=150, step=2.0).fit(train, key=jax.random.key(0))
+    model = MMC(rank=2, max_iter=150, step=2.0).fit(train, key=jax.random.key(0))
     hu, hi = np.nonzero(~observed)
     mse = float(np.mean((np.asarray(model.predict(hu, hi)) - x[hu, hi]) ** 2))
     ridge = min(
@@ -128,9 +133,10 @@ def test_recovers_a_monotone_low_rank_matrix_where_ridge_mf_cannot():
     [
         ({"rank": 0}, "rank must be an integer >= 1"),
         ({"rank": 2.0}, "rank must be an integer"),
-        ({"n_iter": -1}, "n_iter must be an integer >= 0"),
-        ({"step": 0.0}, "step must be a finite number > 0"),
-        ({"step": float("nan")}, "step must be a finite number > 0"),
+        ({"max_iter": -1}, "max_iter must be an integer >= 0"),
+        ({"step": 0.0}, "step must be a finite number and > 0"),
+        ({"step": float("nan")}, "step must be a finite number and > 0"),
+        ({"validation_fraction": True}, r"validation_fraction must lie in \(0, 1\)"),
         ({"validation_fraction": 1.0}, r"validation_fraction must lie in \(0, 1\)"),
     ],
 )
@@ -157,7 +163,7 @@ def test_fit_inputs_are_checked_eagerly():
     tiny = train.select(np.arange(train.size) < 3)
     with pytest.raises(ValueError, match="leaves the training or the validation part empty"):
         MMC(validation_fraction=0.1).fit(tiny, key=key)
-    model = MMC(rank=2, n_iter=1).fit(train, key=key)
+    model = MMC(rank=2, max_iter=1).fit(train, key=key)
     with pytest.raises(ValueError, match=r"users ids must lie in \[0, 24\)"):
         model.predict(np.array([24]), np.array([0]))
 
@@ -166,7 +172,7 @@ def test_save_load_round_trip_and_no_recompile_in_a_bucket(tmp_path, compiles):
     """A saved model loads to the same predictions; a second data set of another size in
     the same size buckets (ratings, users, items) and new step values compile nothing."""
     x, _, train = _monotone_low_rank()
-    model = MMC(rank=2, n_iter=3).fit(train, key=jax.random.key(0))
+    model = MMC(rank=2, max_iter=3).fit(train, key=jax.random.key(0))
     assert isinstance(model, MMCModel)
     users, items = np.nonzero(np.ones(x.shape, bool))
     path = tmp_path / "mmc.npz"
@@ -182,7 +188,7 @@ def test_save_load_round_trip_and_no_recompile_in_a_bucket(tmp_path, compiles):
     for a, b in ((other.size, train.size), (other.size * 9 // 10, train.size * 9 // 10)):
         assert padded_size(a) == padded_size(b)
     with compiles() as c:
-        refit = MMC(rank=2, n_iter=3, step=0.5).fit(other, key=jax.random.key(1))
+        refit = MMC(rank=2, max_iter=3, step=0.5).fit(other, key=jax.random.key(1))
         refit.predict(users[:300], items[:300] % 19)
     assert c.count == 0
     assert refit.n_users == 23 and refit.n_items == 19
@@ -192,7 +198,7 @@ def test_split_follows_the_key():
     """Without validation ratings, the key picks the held-out share: the same key gives the
     same model, another key another split."""
     _, _, train = _monotone_low_rank()
-    fit = MMC(rank=2, n_iter=3, validation_fraction=0.25)
+    fit = MMC(rank=2, max_iter=3, validation_fraction=0.25)
     a = fit.fit(train, key=jax.random.key(0))
     b = fit.fit(train, key=jax.random.key(0))
     c = fit.fit(train, key=jax.random.key(5))

@@ -57,14 +57,14 @@ def problem():
 def _factor_params(model, data, key=1, scale=0.5):
     k_u, k_i = jax.random.split(jax.random.key(key))
     return {
-        "user": scale * jax.random.normal(k_u, (data.n_users, model.dim)),
-        "item": scale * jax.random.normal(k_i, (data.n_items, model.dim)),
+        "user": scale * jax.random.normal(k_u, (data.n_users, model.rank)),
+        "item": scale * jax.random.normal(k_i, (data.n_items, model.rank)),
     }
 
 
 def test_bpr_loss_value_and_gradient(problem):
     train, data, (u, i, j) = problem
-    model = BPRMF(dim=3, l2=0.3)
+    model = BPRMF(rank=3, l2=0.3)
     aux = model._prepare(data)
     hp = model._hp()
     params = _factor_params(model, data)
@@ -95,7 +95,7 @@ def test_ubpr_loss_value_and_gradient(problem, per_pair):
     rng = np.random.default_rng(2)
     shape = train.shape if per_pair else (train.shape[1],)
     omega = rng.uniform(0.2, 1.0, size=shape)
-    model = UBPR(dim=3, l2=0.1)
+    model = UBPR(rank=3, l2=0.1)
     aux = model._prepare(data, propensity=omega)
     hp = model._hp()
     params = _factor_params(model, data, key=2)
@@ -115,7 +115,7 @@ def test_ubpr_loss_value_and_gradient(problem, per_pair):
 
 def test_cml_hinge_value_and_gradient(problem):
     train, data, (u, i, j) = problem
-    model = CML(dim=3, margin=0.7, l2=0.05)
+    model = CML(rank=3, margin=0.7, l2=0.05)
     aux = model._prepare(data)
     hp = model._hp()
     params = _factor_params(model, data, key=3, scale=0.4)
@@ -144,10 +144,10 @@ def _numpy_neumf(params, users, items):
 
 def test_ncf_bce_value_and_gradient(problem):
     train, data, (u, i, _) = problem
-    model = NCF(dim=3, hidden=(5, 4), n_negatives=2, l2=0.2)
+    model = NCF(rank=3, hidden=(5, 4), n_negatives=2, l2=0.2)
     aux = model._prepare(data)
     hp = model._hp()
-    params = model._init(jax.random.key(4), aux, hp, model.dim)
+    params = model._init(jax.random.key(4), aux, hp, model.rank)
     params["biases"] = [b + 0.1 for b in params["biases"]]  # keep ReLUs off their kinks
     params["out_b"] = params["out_b"] + 0.3
     uu = jnp.repeat(u, 2)
@@ -182,7 +182,7 @@ def _dense_propagation(w0, h0, train, n_layers):
 
 def test_lightgcn_bpr_value_and_gradient(problem):
     train, data, (u, i, j) = problem
-    model = LightGCN(dim=3, n_layers=2, l2=0.15)
+    model = LightGCN(rank=3, n_layers=2, l2=0.15)
     aux = model._prepare(data)
     hp = model._hp()
     params = _factor_params(model, data, key=6)

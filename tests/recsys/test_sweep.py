@@ -1,5 +1,5 @@
-"""``sweep`` (one vmapped program over seeds / hyperparameters / padded dims) equals the K
-models trained one by one with ``fit``; sharded over 4 host devices it equals one device."""
+"""``sweep`` (one vmapped program over replicates / hyperparameters / padded ranks) equals the
+K models trained one by one with ``fit``; sharded over 4 host devices it equals one device."""
 
 from __future__ import annotations
 
@@ -31,38 +31,38 @@ def _assert_sweep_equals_loop(model, grid, fit_kwargs=None):
     result = sweep(model, train, key=key, grid=grid, **fit_kwargs)
     assert len(result) == int(np.prod([len(v) for v in grid.values()]))
     for k, config in enumerate(result.configs):
-        seed = config.pop("seed", None)
-        if "dim" in config:
-            config["dim"] = int(config["dim"])
-        key_k = key if seed is None else jax.random.fold_in(key, seed)
+        replicate = config.pop("replicate", None)
+        if "rank" in config:
+            config["rank"] = int(config["rank"])
+        key_k = key if replicate is None else jax.random.fold_in(key, replicate)
         single = dataclasses.replace(model, **config).fit(train, key=key_k, **fit_kwargs)
         swept = result.select(k)
         for a, b in zip(jax.tree.leaves(swept), jax.tree.leaves(single), strict=True):
-            if a.shape != b.shape:  # dim-padded factors: extra columns exactly zero
+            if a.shape != b.shape:  # rank-padded factors: extra columns exactly zero
                 d = b.shape[-1]
                 assert np.all(np.asarray(a)[..., d:] == 0.0)
                 a = np.asarray(a)[..., :d]
             np.testing.assert_allclose(a, b, rtol=SWEEP_TOL, atol=SWEEP_TOL)
         users, items = np.arange(15), np.arange(15) % 20
         np.testing.assert_allclose(
-            result.score(users, items)[k], single.score(users, items), rtol=0, atol=SWEEP_TOL
+            result.predict(users, items)[k], single.predict(users, items), rtol=0, atol=SWEEP_TOL
         )
     return result
 
 
-def test_bprmf_sweep_over_seed_lr_l2_and_padded_dim_equals_loop():
-    model = BPRMF(dim=4, n_steps=25, batch_size=16, lr=0.05)
-    grid = {"seed": [0, 1], "lr": [0.02, 0.1], "l2": [0.0, 0.05], "dim": [2, 4]}
+def test_bprmf_sweep_over_replicate_learning_rate_l2_and_padded_rank_equals_loop():
+    model = BPRMF(rank=4, n_steps=25, batch_size=16, learning_rate=0.05)
+    grid = {"replicate": [0, 1], "learning_rate": [0.02, 0.1], "l2": [0.0, 0.05], "rank": [2, 4]}
     result = _assert_sweep_equals_loop(model, grid)
-    assert result.names == ("seed", "lr", "l2", "dim")
+    assert result.names == ("replicate", "learning_rate", "l2", "rank")
     # different configurations really differ
-    scores = np.asarray(result.score(np.arange(5), np.arange(5)))
+    scores = np.asarray(result.predict(np.arange(5), np.arange(5)))
     assert np.unique(scores.round(8), axis=0).shape[0] == len(result)
 
 
-def test_wrmf_sweep_over_l2_alpha_and_padded_dim_equals_loop():
+def test_wrmf_sweep_over_l2_alpha_and_padded_rank_equals_loop():
     result = _assert_sweep_equals_loop(
-        WRMF(dim=3, n_iters=4), {"l2": [0.1, 1.0], "alpha": [0.0, 5.0], "dim": [2, 3]}
+        WRMF(rank=3, n_steps=4), {"l2": [0.1, 1.0], "alpha": [0.0, 5.0], "rank": [2, 3]}
     )
     # each ALS half-step is an exact minimisation: the objective never increases
     losses = np.asarray(result.models.train_loss)
@@ -73,16 +73,20 @@ def test_wrmf_sweep_over_l2_alpha_and_padded_dim_equals_loop():
 @pytest.mark.parametrize(
     ("model", "grid", "fit_kwargs"),
     [
-        (CML(dim=3, n_steps=20, batch_size=16), {"margin": [0.2, 1.0], "dim": [2, 3]}, {}),
+        (CML(rank=3, n_steps=20, batch_size=16), {"margin": [0.2, 1.0], "rank": [2, 3]}, {}),
         (
-            UBPR(dim=3, n_steps=20, batch_size=16),
-            {"seed": [0, 3], "l2": [0.0, 0.1]},
+            UBPR(rank=3, n_steps=20, batch_size=16),
+            {"replicate": [0, 3], "l2": [0.0, 0.1]},
             {"propensity": np.linspace(0.2, 1.0, 20)},
         ),
-        (LightGCN(dim=3, n_steps=15, batch_size=16, n_layers=2), {"lr": [0.01, 0.1]}, {}),
         (
-            NCF(dim=3, hidden=(4,), n_steps=15, batch_size=8, n_negatives=2),
-            {"seed": [0, 1], "lr": [0.01, 0.05]},
+            LightGCN(rank=3, n_steps=15, batch_size=16, n_layers=2),
+            {"learning_rate": [0.01, 0.1]},
+            {},
+        ),
+        (
+            NCF(rank=3, hidden=(4,), n_steps=15, batch_size=8, n_negatives=2),
+            {"replicate": [0, 1], "learning_rate": [0.01, 0.05]},
             {},
         ),
     ],
@@ -103,8 +107,8 @@ _SHARDED = textwrap.dedent(
     rng = np.random.default_rng(0)
     train = rng.uniform(size=(16, 20)) < 0.25
     train[:, 0] = True
-    model = BPRMF(dim=3, n_steps=20, batch_size=16)
-    grid = {"seed": [0, 1, 2], "lr": [0.02, 0.1]}  # K = 6: padded to 8 on 4 devices
+    model = BPRMF(rank=3, n_steps=20, batch_size=16)
+    grid = {"replicate": [0, 1, 2], "learning_rate": [0.02, 0.1]}  # K = 6: 8 on 4 devices
     one = sweep(model, train, key=jax.random.key(0), grid=grid)
     many = sweep(model, train, key=jax.random.key(0), grid=grid, devices=jax.devices())
     assert len(many) == 6
@@ -112,7 +116,7 @@ _SHARDED = textwrap.dedent(
     for a, b in zip(jax.tree.leaves(one.models), jax.tree.leaves(many.models), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
     # ranking metrics on a score matrix sharded over the user axis equal the host result
-    scores = np.asarray(one.select(0).score_all())
+    scores = np.asarray(one.select(0).predict_all())
     labels = (rng.uniform(size=scores.shape) < 0.3).astype(float)
     mesh = Mesh(np.asarray(jax.devices()), ("users",))
     sharded = jax.device_put(scores, NamedSharding(mesh, PartitionSpec("users")))
@@ -137,24 +141,28 @@ def test_sharded_sweep_equals_single_device():
 def test_bad_grids_raise():
     train = _train()
     key = jax.random.key(0)
-    model = BPRMF(dim=2, n_steps=2, batch_size=4)
+    model = BPRMF(rank=2, n_steps=2, batch_size=4)
     with pytest.raises(ValueError, match="cannot sweep 'margin'"):
         sweep(model, train, key=key, grid={"margin": [0.1]})
-    with pytest.raises(ValueError, match="cannot sweep 'dim'"):
-        sweep(NCF(dim=2), train, key=key, grid={"dim": [2, 4]})
+    with pytest.raises(ValueError, match="cannot sweep 'rank'"):
+        sweep(NCF(rank=2), train, key=key, grid={"rank": [2, 4]})
+    with pytest.raises(ValueError, match="cannot sweep 'seed'"):  # the index is "replicate"
+        sweep(model, train, key=key, grid={"seed": [0, 1]})
     with pytest.raises(ValueError, match="empty"):
-        sweep(model, train, key=key, grid={"lr": []})
+        sweep(model, train, key=key, grid={"learning_rate": []})
     with pytest.raises(ValueError, match="non-empty dict"):
         sweep(model, train, key=key, grid={})
     with pytest.raises(ValueError, match="integers"):
-        sweep(model, train, key=key, grid={"seed": [0.5]})
+        sweep(model, train, key=key, grid={"replicate": [0.5]})
+    with pytest.raises(ValueError, match="integers >= 1"):
+        sweep(model, train, key=key, grid={"rank": [0, 2]})
     with pytest.raises(ValueError, match="finite numbers"):
-        sweep(model, train, key=key, grid={"lr": [float("nan")]})
-    with pytest.raises(ValueError, match="lr must be"):
-        sweep(model, train, key=key, grid={"lr": [0.1, -1.0]})
+        sweep(model, train, key=key, grid={"learning_rate": [float("nan")]})
+    with pytest.raises(ValueError, match="learning_rate must be"):
+        sweep(model, train, key=key, grid={"learning_rate": [0.1, -1.0]})
     with pytest.raises(ValueError, match="trainable ranking model"):
         from jaxcal.recsys import Popularity
 
-        sweep(Popularity(), train, key=key, grid={"seed": [0]})
+        sweep(Popularity(), train, key=key, grid={"replicate": [0]})
     with pytest.raises(ValueError, match="key is required"):
-        sweep(model, train, key=None, grid={"seed": [0]})
+        sweep(model, train, key=None, grid={"replicate": [0]})

@@ -125,7 +125,7 @@ def test_coat_adds_inverse_propensity_rows(data_dir):
 
     split = h.load_split("coat", data_dir=data_dir)
     np.testing.assert_array_equal(split.propensity, load_coat(data_dir / "coat").propensities)
-    study = h.run_study(split, grid=(1.0,), n_sweeps=3, only=("MF", "MMC"), quiet=True)
+    study = h.run_study(split, grid=(1.0,), max_iter=3, only=("MF", "MMC"), quiet=True)
     assert set(study["rows"]) == {"MF", "MMC", "MF (IPS)"}  # MMC takes no propensities
     test = split.test
     for name in ("MF", "MF (IPS)"):

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -155,7 +156,7 @@ def test_synthetic_study_absolute_propensities():
     from jaxcal.data import simulate_preferences
 
     study = k.load_study("synthetic", seed=0)
-    sim = simulate_preferences(n_users=300, n_items=300, seed=0, base_rate=0.15)
+    sim = simulate_preferences(n_users=300, n_items=300, key=jax.random.key(0), base_rate=0.15)
     # the study relabels the simulator's popularity-ordered items by a seeded permutation
     relabel = np.random.default_rng(0 + 3).permutation(300)
     omega = np.asarray(sim.propensity).reshape(300, 300)[:, relabel]

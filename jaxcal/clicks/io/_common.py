@@ -21,7 +21,19 @@ _SCAN_JSON = json.JSONDecoder().scan_once
 
 class UnshownClickWarning(UserWarning):
     """A Yandex log holds clicks on URLs that no result page of their session showed
-    (they are left out of the log; the warning gives their number and first lines)."""
+    (they are left out of the log; the warning gives their number and first lines).
+
+    Example:
+        >>> import warnings
+        >>> from jaxcal.clicks import UnshownClickWarning, read_yandex
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("7\\t0\\tQ\\t3\\t0\\t11\\t12\\n7\\t9\\tC\\t99\\n")  # URL 99 not shown
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     log = read_yandex("log.txt")
+        >>> [w.category is UnshownClickWarning for w in caught]
+        [True]
+    """
 
 
 @dataclasses.dataclass
@@ -46,6 +58,14 @@ class ReadReport:
         unshown_clicks: Yandex clicks on a URL that no SERP of the session showed up to
             that line (left out of the log).
         unshown_click_lines: the line numbers of the first 10 of them.
+
+    Example:
+        >>> from jaxcal.clicks import read_tiangong
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("1\\t5\\t[11, 12]\\t[0, 0]\\t[1, 0]\\n\\n2\\t6\\t[13]\\t[0]\\t[0]\\n")
+        >>> log, report = read_tiangong("log.txt", return_report=True)
+        >>> report.lines, report.blank_lines, report.serps, report.clicks
+        (3, 1, 2, 1)
     """
 
     path: str
@@ -63,7 +83,16 @@ class ReadReport:
 class LogChunks(Iterator[Sessions]):
     """The chunks of :func:`iter_yandex` / :func:`iter_tiangong`: an iterator of
     :class:`Sessions` whose :attr:`report` (a :class:`ReadReport`) counts what has been
-    read so far (complete once the iterator is exhausted)."""
+    read so far (complete once the iterator is exhausted).
+
+    Example:
+        >>> from jaxcal.clicks import iter_tiangong
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("".join(f"{i}\\t{i}\\t[1, 2]\\t[0, 0]\\t[0, 1]\\n" for i in range(5)))
+        >>> chunks = iter_tiangong("log.txt", chunk_sessions=2)
+        >>> [c.n_sessions for c in chunks], chunks.report.serps
+        ([2, 2, 1], 5)
+    """
 
     def __init__(self, chunks: Iterator[Sessions], report: ReadReport):
         self._chunks = chunks
@@ -91,7 +120,18 @@ class LogChunks(Iterator[Sessions]):
         return next(self._chunks)
 
     def close(self) -> None:
-        """Stop reading (closes the file)."""
+        """Stop reading (closes the file).
+
+        Example:
+            >>> from jaxcal.clicks import iter_tiangong
+            >>> with open("log.txt", "w") as f:
+            ...     _ = f.write("".join(f"{i}\\t{i}\\t[1]\\t[0]\\t[1]\\n" for i in range(4)))
+            >>> chunks = iter_tiangong("log.txt", chunk_sessions=1)
+            >>> first = next(chunks)
+            >>> chunks.close()  # the rest is not read
+            >>> chunks.report.serps, next(chunks, None) is None
+            (1, True)
+        """
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()

@@ -28,6 +28,14 @@ def read_npz(path) -> Sessions:
             arrays; missing arrays; arrays other than the five above (a misspelt
             ``weights`` would otherwise be lost); anything :meth:`Sessions.from_arrays`
             rejects. Nothing is ignored.
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxcal.clicks import read_npz
+        >>> np.savez("log.npz", query=[4], doc=[[1, 2]], clicks=[[1, 0]], weight=[3.0])
+        >>> log = read_npz("log.npz")
+        >>> log.doc.tolist(), log.total_weight
+        ([[1, 2]], 3.0)
     """
 
     path = _check_file(path)
@@ -186,6 +194,15 @@ def iter_parquet(path, *, chunk_sessions: int = 100_000) -> Iterator[Sessions]:
     Raises:
         ImportError: when ``pyarrow`` is not installed.
         ValueError: as :func:`read_parquet` (row numbers count from the file's start).
+
+    Example (needs ``pyarrow``):
+        >>> import pyarrow as pa, pyarrow.parquet as pq
+        >>> from jaxcal.clicks import iter_parquet
+        >>> table = pa.table({"query": [1, 2, 3], "doc": [[7, 8], [7], [9]],
+        ...                   "clicks": [[0, 1], [1], [0]]})
+        >>> pq.write_table(table, "log.parquet")
+        >>> [c.n_sessions for c in iter_parquet("log.parquet", chunk_sessions=2)]
+        [2, 1]
     """
     chunk_sessions = _check_chunk(chunk_sessions)
     pa, _, _ = _pyarrow()

@@ -116,6 +116,16 @@ def iter_tiangong(path, *, chunk_sessions: int = 100_000) -> LogChunks:
     Raises:
         ValueError: on a missing file, an invalid argument, a malformed line (with its
             line number), or a file without any SERP.
+
+    Example:
+        >>> from jaxcal.clicks import Sessions, iter_tiangong
+        >>> lines = [f"{i}\\t{i % 2}\\t[1, 2]\\t[0, 0]\\t[1, 0]\\n" for i in range(6)]
+        >>> with open("log.txt", "w") as f:
+        ...     _ = f.write("".join(lines))
+        >>> chunks = iter_tiangong("log.txt", chunk_sessions=4)
+        >>> log = Sessions.concatenate([c.deduplicate() for c in chunks]).deduplicate()
+        >>> log.n_sessions, log.total_weight  # two distinct SERPs, six sessions
+        (2, 6.0)
     """
     return LogChunks._of_file(_tiangong_chunks, path, chunk_sessions)
 

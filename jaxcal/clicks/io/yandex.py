@@ -200,6 +200,15 @@ def iter_yandex(
     Raises:
         ValueError: on a missing file, an invalid argument, a malformed line (with its
             line number), or a file without any SERP.
+
+    Example:
+        >>> from jaxcal.clicks import iter_yandex
+        >>> with open("log.txt", "w") as f:  # three search sessions of one SERP each
+        ...     _ = f.write("".join(f"{s}\\t0\\tQ\\t3\\t0\\t11\\t12\\n{s}\\t5\\tC\\t12\\n"
+        ...                         for s in range(3)))
+        >>> chunks = iter_yandex("log.txt", chunk_sessions=2)
+        >>> [c.n_sessions for c in chunks], chunks.report.search_sessions
+        ([2, 1], 3)
     """
     policy = _check_policy(on_unshown_click)
     read_chunks = functools.partial(_yandex_chunks, policy=policy)

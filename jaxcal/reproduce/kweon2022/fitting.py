@@ -45,14 +45,14 @@ def model_specs(*, quick: bool) -> dict[str, Any]:
     """The five base models with the paper's hyperparameters (Appendix E): 128 factors (NCF
     64), batch 512, learning rate 0.001, weight decay 0.001, one negative per positive."""
     steps = 150 if quick else 3000
-    dim = 16 if quick else 128
-    common = dict(lr=0.001 if not quick else 0.01, n_steps=steps, batch_size=512)
+    rank = 16 if quick else 128
+    common = dict(learning_rate=0.001 if not quick else 0.01, n_steps=steps, batch_size=512)
     return {
-        "BPR": BPRMF(dim=dim, l2=0.001, **common),
-        "NCF": NCF(dim=dim // 2, hidden=(dim, dim // 2), n_negatives=1, l2=0.001, **common),
-        "CML": CML(dim=dim, margin=0.5, **common),
-        "UBPR": UBPR(dim=dim, l2=0.001, **common),
-        "LightGCN": LightGCN(dim=dim, l2=0.001, n_layers=2, **common),
+        "BPR": BPRMF(rank=rank, l2=0.001, **common),
+        "NCF": NCF(rank=rank // 2, hidden=(rank, rank // 2), n_negatives=1, l2=0.001, **common),
+        "CML": CML(rank=rank, margin=0.5, **common),
+        "UBPR": UBPR(rank=rank, l2=0.001, **common),
+        "LightGCN": LightGCN(rank=rank, l2=0.001, n_layers=2, **common),
     }
 
 
@@ -64,7 +64,7 @@ def train_models(study: Study, *, quick: bool, seed: int, quiet: bool) -> dict[s
         start = time.perf_counter()
         kw = {"propensity": pop} if name == "UBPR" else {}
         fitted = model.fit(study.train, key=jax.random.key(seed + k), **kw)
-        scores[name] = np.asarray(fitted.score_all(), np.float64)
+        scores[name] = np.asarray(fitted.predict_all(), np.float64)
         log(f"kweon2022: trained {name} [{time.perf_counter() - start:.1f}s]", quiet=quiet)
     return scores
 
@@ -282,7 +282,7 @@ def ratio_sweep(
     rows = []
     for r in ratios:
         cp = calibration_pairs(
-            study.valid, study.train, n_negatives=r, key=seed, propensity=relative
+            study.valid, study.train, n_negatives=r, key=jax.random.key(seed), propensity=relative
         )
         for model, s_all in scores.items():
             s_cal = s_all[cp.user, cp.item]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import jax
 import numpy as np
 
 from jaxcal.data import (
@@ -97,7 +98,8 @@ def _holdout(pos: np.ndarray, holdout: str, seed: int) -> tuple:
     random hold-out (where every positive is held out with the same probability)."""
     if holdout not in ("per_user_last", "random"):
         raise ValueError(f"holdout must be 'per_user_last' or 'random'; got {holdout!r}.")
-    train, valid = holdout_split(pos, fraction=HOLDOUT_FRACTION, method=holdout, key=seed)
+    key = jax.random.key(seed)  # used by the random hold-out only
+    train, valid = holdout_split(pos, fraction=HOLDOUT_FRACTION, method=holdout, key=key)
     if holdout == "random":
         return train, valid, np.full(pos.shape[0], holdout_rate(train, valid))
     return train, valid, holdout_rate(train, valid, per_user=True)
@@ -155,7 +157,7 @@ def _synthetic(seed: int, holdout: str, absolute: str) -> tuple:
     if absolute == "naive_bayes":
         raise ValueError("absolute='naive_bayes' needs ratings (coat or yahoo).")
     n_u, n_i = 300, 300
-    sim = simulate_preferences(n_users=n_u, n_items=n_i, seed=seed, base_rate=0.15)
+    sim = simulate_preferences(n_users=n_u, n_items=n_i, key=jax.random.key(seed), base_rate=0.15)
     # The simulator numbers items by popularity rank; relabel them at random so that an
     # item id carries no information, as in real data (otherwise the authors'
     # per-user-last hold-out would keep exactly the least popular items for validation).
@@ -185,7 +187,8 @@ def load_study(
 
     Args:
         dataset: ``"coat"``, ``"yahoo"`` or ``"synthetic"``.
-        seed: seed of the MAR split, a random hold-out and the simulator.
+        seed: seed of the MAR split, a random hold-out and the simulator (the data
+            functions get ``jax.random.key(seed)``).
         yahoo_dir: folder of the Yahoo!R3 files.
         holdout: ``"per_user_last"`` (the authors' deterministic rule) or ``"random"``.
         absolute: protocol c's propensities: ``"default"`` (Coat: the published matrix;
@@ -237,7 +240,7 @@ def calibration_set(study: Study, protocol: str, *, seed: int) -> CalSet:
             study.valid,
             study.train,
             n_negatives=N_NEGATIVES_AUTHORS,
-            key=seed,
+            key=jax.random.key(seed),
             propensity=relative,
         )
         loss = "ips_positive"
