@@ -11,7 +11,7 @@ fit (inside a caller's ``jit`` or ``vmap``) run the same program:
 2. Folds: the rows of positive weight sorted by (label, logit) and dealt to the folds in
    turn, so each fold has the same share of labels and of scores; no randomness, and rows
    of zero weight (padding) go last, so they change no fold.
-3. Boosting: ``n_folds + 1`` models side by side (``vmap``), model ``k < n_folds`` trained
+3. Boosting: ``n_folds + 1`` models side by side (``grow_trees``), model ``k < n_folds`` trained
    without fold ``k`` and the last on all rows; round ``r`` fits a tree to the gradients
    :math:`g = w(\sigma(F) - t)` and Hessians :math:`h = w \sigma(F)(1 - \sigma(F))` of the
    weighted loss (``jaxcal.losses``) and adds ``learning_rate`` times it to :math:`F`. The
@@ -32,7 +32,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxcal.fitting.trees import Tree, TreeOptions, grow_tree, predict_trees
+from jaxcal.fitting.trees import Tree, TreeOptions, grow_trees, predict_trees
 
 __all__ = [
     "Boosted",
@@ -89,6 +89,16 @@ def fold_ids(targets: jax.Array, logits: jax.Array, weights: jax.Array, n_folds:
     order = jnp.lexsort((logits, targets > 0, weights <= 0))
     n = logits.shape[0]
     return jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32) % n_folds)
+
+
+def _rounded(x):
+    """``x``, computed apart from its consumers (a sum into zeros, a scatter, which XLA
+    never fuses into them): a product stays rounded before it is added, not contracted
+    into a fused multiply-add (XLA's CPU code contracts where it can), so the boosting
+    sums do not depend on how the compiler fuses them."""
+    flat = x.reshape(-1)
+    index = jax.lax.iota(jnp.int32, flat.shape[0])
+    return jax.ops.segment_sum(flat, index, num_segments=flat.shape[0]).reshape(x.shape)
 
 
 def _loss(z, t, w):
@@ -192,11 +202,12 @@ def boost(
     count = (W > 0).astype(dtype)
     total_w = jnp.sum(weights)
     lr = jnp.asarray(learning_rate, dtype)
-    grow = jax.vmap(
-        lambda g, h, c: grow_tree(
-            x, g, h, depth=depth, n_bins=width, categorical=cat, count=c, options=options
+    columns = x.T  # once: every tree reads the codes by column
+
+    def grow(g, h, c):
+        return grow_trees(
+            columns, g, h, c, depth=depth, n_bins=width, categorical=cat, options=options
         )
-    )
 
     def held_out(F):
         if not n_folds:
@@ -208,7 +219,7 @@ def boost(
         r, F, trees, cv, best_r, best, F_best = state
         p = jax.nn.sigmoid(F)
         tree, leaf = grow(W * (p - targets), W * p * (1 - p), count)
-        step = lr * tree.values
+        step = _rounded(lr * tree.values)
         F = F + jnp.take_along_axis(step, leaf, axis=1)
         last = Tree(tree.features[-1], tree.left[-1], step[-1])
         trees = jax.tree.map(lambda s, v: s.at[r].set(v), trees, last)

@@ -112,13 +112,14 @@ def _boost(codes, logits, targets, weights, categorical, rates, patience, **stat
     )
 
 
-# The boosting loop runs hundreds of rounds of small kernels: compiled with LLVM's passes
-# from the first call (``jaxcal._jit``), 1e4 rows fit 5x faster than in the fast-compiling
-# first tier, and the first call, compile included, is no slower.
-_fit_program = partial(jit, static_argnames=_STATIC, optimize=True)(_boost)
+# The boosting loop runs hundreds of rounds of histogram sums (scatters): compiled with
+# XLA's default options from the first call (``jaxcal._jit``), whose scatters run 2-3x faster
+# than the classic emitters' (1e5 rows fit 1.9x faster, 1e4 rows 1.3x; compiling takes
+# about 1 s more, once: the program is cached on disk).
+_fit_program = partial(jit, static_argnames=_STATIC, xla_defaults=True)(_boost)
 
 
-@partial(jit, static_argnames=_STATIC, optimize=True)
+@partial(jit, static_argnames=_STATIC, xla_defaults=True)
 def _fit_batch_program(codes, logits, targets, weights, categorical, rates, patience, **static):
     def one(c, z, t, w):
         return _boost(c, z, t, w, categorical, rates, patience, **static)

@@ -10,7 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcal.fitting.trees import TreeOptions, fit_tree, grow_tree, predict_tree, tree_leaves
+from jaxcal.fitting.trees import (
+    TreeOptions,
+    fit_tree,
+    grow_tree,
+    grow_trees,
+    predict_tree,
+    predict_trees,
+    tree_leaves,
+)
 
 GAIN_RTOL = 1e-9  # float64 sums of the same numbers in another order
 
@@ -206,6 +214,58 @@ def test_vmap_of_trees_is_a_loop():
         single = one(jnp.asarray(G[i, j]), jnp.asarray(H[i, j]))
         for b, s in zip(jax.tree.leaves(batched), jax.tree.leaves(single), strict=True):
             np.testing.assert_allclose(np.asarray(b)[i, j], np.asarray(s), rtol=1e-12)
+
+
+def test_side_by_side_trees_equal_single_trees():
+    """grow_trees (the models of a cross-validation in one set of sums, rows of zero weight
+    in some models) gives each model's grow_tree to the last bit: every sum adds the same
+    numbers in the same order."""
+    codes, _, _ = _problem(8, n=400)
+    rng = np.random.default_rng(8)
+    g, h = rng.normal(size=(3, 400)), rng.uniform(0.1, 1, (3, 400))
+    count = (rng.uniform(size=(3, 400)) < 0.8).astype(float)
+    g, h = g * count, h * count
+    cat = jnp.array([True, False, True])
+    options = TreeOptions(l2=1.0, min_samples=3.0)
+    trees, leaf = grow_trees(
+        jnp.asarray(codes.T), g, h, count, depth=3, n_bins=5, categorical=cat, options=options
+    )
+    for m in range(3):
+        one, one_leaf = grow_tree(
+            jnp.asarray(codes),
+            jnp.asarray(g[m]),
+            jnp.asarray(h[m]),
+            depth=3,
+            n_bins=5,
+            categorical=cat,
+            count=jnp.asarray(count[m]),
+            options=options,
+        )
+        np.testing.assert_array_equal(np.asarray(leaf)[m], np.asarray(one_leaf))
+        for b, s in zip(trees, one, strict=True):
+            np.testing.assert_array_equal(np.asarray(b)[m], np.asarray(s))
+
+
+@pytest.mark.parametrize("n_bins", [40, 300])
+def test_rows_follow_the_splits_with_many_bins(n_bins):
+    """With many bins a row's side of a split is read from the bits of the split's table
+    (40 bins: two 32-bit words) or gathered (300): both agree with walking the stored
+    splits, for the training rows, tree_leaves and the sum of several trees."""
+    rng = np.random.default_rng(n_bins)
+    n = 2000
+    codes = rng.integers(0, n_bins, (n, 2)).astype(np.int32)
+    g = rng.normal(size=n) + np.sin(codes[:, 0] / 7.0) - 0.5 * (codes[:, 1] % 3 == 0)
+    cat = np.array([True, False])
+    tree, leaf = _grow(codes, g, np.ones(n), depth=3, n_bins=n_bins, categorical=cat, l2=1.0)
+    rows = _route(tree, codes)
+    assert np.unique(rows).size >= 4  # the tree splits the rows
+    np.testing.assert_array_equal(np.asarray(leaf), rows)
+    np.testing.assert_array_equal(np.asarray(tree_leaves(tree, jnp.asarray(codes))), rows)
+    values = np.asarray(tree.values)
+    stack = jax.tree.map(lambda a: jnp.stack([a, a]), tree)
+    np.testing.assert_allclose(
+        np.asarray(predict_trees(stack, jnp.asarray(codes))), 2 * values[rows], rtol=1e-15
+    )
 
 
 def test_no_gain_leaves_one_leaf():
